@@ -1,0 +1,33 @@
+package tenure
+
+import "context"
+
+// Callbacks tell the program when it leads and when it must stop. Every field
+// is optional; a nil callback is skipped.
+//
+// Ordering: OnElected runs in its own goroutine. OnDemoted for a term runs
+// only after OnElected for that term has returned, never before, and never
+// concurrently with it. OnLeader calls run one at a time, in the order the
+// changes were observed, on a goroutine of their own. A panic in a callback
+// is recovered, logged, and treated as a resignation (the demotion reason
+// wraps ErrCallbackPanic and ErrResigned).
+type Callbacks struct {
+	// OnElected runs when this candidate becomes leader. ctx is cancelled the
+	// moment leadership can no longer be guaranteed (lease deadline, session
+	// expiry, ownership loss, resignation). Do the leader's work until ctx is
+	// done, then return promptly: leadership is released only after
+	// OnElected returns (unless the lease itself is already gone), and if it
+	// has not returned within Config.StopTimeout after ctx ended, OnHardStop
+	// runs. Returning while ctx is still live resigns.
+	OnElected func(ctx context.Context, term Term)
+	// OnDemoted runs after OnElected has returned, with the term that ended
+	// and why: ErrResigned, ErrLeaseExpired, ErrSessionExpired or
+	// ErrOwnershipLost (test with errors.Is).
+	OnDemoted func(term Term, reason error)
+	// OnLeader runs on every observed change of leader, vacancy included.
+	OnLeader func(leader Leader)
+	// OnHardStop runs when OnElected ignored its cancelled ctx for longer
+	// than Config.StopTimeout. Default: log at Error and exit the process
+	// with status 1, because the work may now overlap the next leader's.
+	OnHardStop func(term Term)
+}

@@ -1,0 +1,684 @@
+package electiontest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// Harness adapts a backend to the conformance suite.
+type Harness struct {
+	// NewBackend returns a new client of the backend under test, as
+	// independent of the others as a separate process's would be. The
+	// harness closes it in t.Cleanup.
+	NewBackend func(t testing.TB) election.Backend
+	// TTL is the session TTL the suite uses; the backend must honour it.
+	TTL time.Duration
+	// Crash makes b behave like a killed process: no more renewals, nothing
+	// released.
+	Crash func(t testing.TB, b election.Backend)
+	// CutOff blackholes b from the server until heal is called.
+	CutOff func(t testing.TB, b election.Backend) (heal func())
+	// ExpireSession ends, on the server, the session of the candidate
+	// identity queued on key.
+	ExpireSession func(t testing.TB, key, identity string)
+	// FailoverSlack is how much longer than TTL a crash failover may take:
+	// the server's expiry granularity plus one watch delivery and one read.
+	FailoverSlack time.Duration
+}
+
+var keySeq atomic.Int64
+
+// Key returns a key unique to the test.
+func Key(t testing.TB) string {
+	return fmt.Sprintf("tenure-test/%s/%d", t.Name(), keySeq.Add(1))
+}
+
+// NewElector returns an elector on a new client of h's backend, closed at
+// the end of the test.
+func (h Harness) NewElector(t testing.TB, key, identity string, mod ...func(*election.Config)) (*election.Elector, election.Backend) {
+	t.Helper()
+	b := h.NewBackend(t)
+	cfg := election.Config{Key: key, Identity: identity, TTL: h.TTL}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	e, err := election.New(b, cfg)
+	if err != nil {
+		t.Fatalf("election.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*h.TTL)
+		defer cancel()
+		_ = e.Close(ctx)
+	})
+	return e, b
+}
+
+// Run runs every conformance case against h's backend.
+func Run(t *testing.T, h Harness) {
+	cases := []struct {
+		name string
+		f    func(*testing.T, Harness)
+	}{
+		{"CampaignResignLeader", testCampaignResignLeader},
+		{"NeverTwoLeadersTermsGrowFIFO", testNeverTwoLeaders},
+		{"ArrivalOrder", testArrivalOrder},
+		{"CancelWhileWaitingRemovesEntry", testCancelWhileWaiting},
+		{"SessionExpiryWhileWaiting", testSessionExpiryWhileWaiting},
+		{"TryCampaign", testTryCampaign},
+		{"CrashFailoverWithinTTL", testCrashFailover},
+		{"CutOffLeaderDemotesBeforeSuccessor", testCutOffDemotesFirst},
+		{"RunStopsWorkThenResigns", testRunStops},
+		{"PanicIsResignation", testPanicIsResignation},
+		{"HardStopHoldsLeadership", testHardStop},
+		{"ObserveSeesVacancyAndLeaders", testObserve},
+		{"CloseReleases", testCloseReleases},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
+	}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond every 5 ms until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func position(ctx context.Context, e *election.Elector) int {
+	n, err := e.Position(ctx)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func mustVacant(t testing.TB, h Harness, key string) {
+	t.Helper()
+	b := h.NewBackend(t)
+	waitFor(t, 2*h.TTL, "key "+key+" to be vacant", func() bool {
+		l, err := b.Leader(ctxT(t, h.TTL), key)
+		return err == nil && l.Vacant
+	})
+}
+
+func testCampaignResignLeader(t *testing.T, h Harness) {
+	key := Key(t)
+	e, _ := h.NewElector(t, key, "a")
+	ctx := ctxT(t, 5*h.TTL)
+	if e.IsLeader() {
+		t.Fatal("IsLeader before Campaign")
+	}
+	if err := e.Err(); !errors.Is(err, tenure.ErrNotLeader) {
+		t.Fatalf("Err before Campaign = %v, want ErrNotLeader", err)
+	}
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	if term.Token == 0 || term.Key != key || term.Identity != "a" || term.Backend == "" {
+		t.Fatalf("term = %+v", term)
+	}
+	if !e.IsLeader() {
+		t.Fatal("not IsLeader after Campaign")
+	}
+	again, err := e.Campaign(ctx)
+	if err != nil || again.Token != term.Token {
+		t.Fatalf("second Campaign = %v, %v; want the same term", again, err)
+	}
+	l, err := e.Leader(ctx)
+	if err != nil {
+		t.Fatalf("Leader: %v", err)
+	}
+	if l.Vacant || l.Term.Token != term.Token || l.Term.Identity != "a" {
+		t.Fatalf("Leader = %+v, want token %d identity a", l, term.Token)
+	}
+	select {
+	case <-e.Done():
+		t.Fatal("Done closed while leading")
+	default:
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	select {
+	case <-e.Done():
+	default:
+		t.Fatal("Done not closed after Resign")
+	}
+	if !errors.Is(e.Err(), tenure.ErrResigned) {
+		t.Fatalf("Err after Resign = %v", e.Err())
+	}
+	if e.IsLeader() {
+		t.Fatal("IsLeader after Resign")
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatalf("second Resign: %v", err)
+	}
+	if l, err := e.Leader(ctx); err != nil || !l.Vacant {
+		t.Fatalf("Leader after Resign = %+v, %v; want vacant", l, err)
+	}
+	next, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign after Resign: %v", err)
+	}
+	if next.Token <= term.Token {
+		t.Fatalf("term after re-election %d not above %d", next.Token, term.Token)
+	}
+}
+
+// election records one OnElected run.
+type electionRec struct {
+	identity string
+	token    uint64
+}
+
+func testNeverTwoLeaders(t *testing.T, h Harness) {
+	key := Key(t)
+	const n, want = 4, 24
+	var (
+		active  atomic.Int32
+		mu      sync.Mutex
+		history []electionRec
+		overlap atomic.Int32
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		id := fmt.Sprintf("c%d", i)
+		e, _ := h.NewElector(t, key, id)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- e.Run(ctx, tenure.Callbacks{OnElected: func(lctx context.Context, term tenure.Term) {
+				if active.Add(1) != 1 {
+					overlap.Add(1)
+				}
+				mu.Lock()
+				history = append(history, electionRec{id, term.Token})
+				done := len(history) >= want
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				active.Add(-1)
+				if done {
+					cancel()
+				}
+			}})
+		}()
+	}
+	waitFor(t, 30*h.TTL, fmt.Sprintf("%d elections", want), func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(history) >= want
+	})
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, tenure.ErrCanceled) || !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want ErrCanceled joined with context.Canceled", err)
+		}
+	}
+	if o := overlap.Load(); o != 0 {
+		t.Fatalf("%d elections overlapped another leader", o)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(history); i++ {
+		if history[i].token <= history[i-1].token {
+			t.Fatalf("term %d of %s follows term %d of %s: terms must grow", history[i].token, history[i].identity, history[i-1].token, history[i-1].identity)
+		}
+	}
+	// FIFO: each leader re-queues behind the others, so after the first
+	// round every window of n consecutive elections holds n distinct
+	// candidates.
+	for i := n; i+n <= len(history); i++ {
+		seen := map[string]bool{}
+		for _, r := range history[i : i+n] {
+			seen[r.identity] = true
+		}
+		if len(seen) != n {
+			t.Fatalf("elections %d..%d = %v: not round-robin, so not FIFO", i, i+n-1, history[i:i+n])
+		}
+	}
+	mustVacant(t, h, key)
+}
+
+func testArrivalOrder(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 20*h.TTL)
+	holder, _ := h.NewElector(t, key, "holder")
+	if _, err := holder.Campaign(ctx); err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	const n = 6
+	order := make(chan string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		id := fmt.Sprintf("w%d", i)
+		e, _ := h.NewElector(t, key, id)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.Campaign(ctx); err != nil {
+				t.Errorf("%s: Campaign: %v", id, err)
+				return
+			}
+			order <- id
+			if err := e.Resign(ctx); err != nil {
+				t.Errorf("%s: Resign: %v", id, err)
+			}
+		}()
+		// Wait until this waiter is queued (behind the holder and the
+		// earlier waiters) before the next one arrives.
+		waitFor(t, 5*h.TTL, id+" to queue", func() bool { return position(ctx, e) == i+1 })
+	}
+	if err := holder.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	wg.Wait()
+	close(order)
+	i := 0
+	for id := range order {
+		if want := fmt.Sprintf("w%d", i); id != want {
+			t.Fatalf("election %d went to %s, want %s (arrival order)", i, id, want)
+		}
+		i++
+	}
+	if i != n {
+		t.Fatalf("%d of %d waiters elected", i, n)
+	}
+}
+
+func testCancelWhileWaiting(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 10*h.TTL)
+	holder, _ := h.NewElector(t, key, "holder")
+	if _, err := holder.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiter, _ := h.NewElector(t, key, "waiter")
+	wctx, cancel := context.WithCancel(ctx)
+	res := make(chan error, 1)
+	go func() { _, err := waiter.Campaign(wctx); res <- err }()
+	waitFor(t, 5*h.TTL, "waiter to queue", func() bool { return position(ctx, waiter) == 1 })
+	cancel()
+	err := <-res
+	if !errors.Is(err, tenure.ErrCanceled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Campaign = %v, want ErrCanceled joined with context.Canceled", err)
+	}
+	if err := holder.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter's session still lives: only a removed entry leaves the key vacant.
+	l, err := holder.Leader(ctx)
+	if err != nil || !l.Vacant {
+		t.Fatalf("after the holder resigned, Leader = %+v, %v; want vacant (the cancelled entry must be gone)", l, err)
+	}
+}
+
+func testSessionExpiryWhileWaiting(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 10*h.TTL)
+	holder, _ := h.NewElector(t, key, "holder")
+	if _, err := holder.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiter, _ := h.NewElector(t, key, "waiter")
+	res := make(chan error, 1)
+	go func() { _, err := waiter.Campaign(ctx); res <- err }()
+	waitFor(t, 5*h.TTL, "waiter to queue", func() bool { return position(ctx, waiter) == 1 })
+	start := time.Now()
+	h.ExpireSession(t, key, "waiter")
+	select {
+	case err := <-res:
+		took := time.Since(start)
+		if !errors.Is(err, tenure.ErrSessionExpired) {
+			t.Fatalf("Campaign after session expiry = %v, want ErrSessionExpired", err)
+		}
+		t.Logf("waiting Campaign returned ErrSessionExpired %v after the session ended", took)
+	case <-time.After(h.TTL):
+		t.Fatalf("waiting Campaign did not return within TTL %v of its session's expiry", h.TTL)
+	}
+	if !holder.IsLeader() {
+		t.Fatal("holder lost leadership when a waiter's session expired")
+	}
+	// A new campaign opens a new session and queues again.
+	go func() { _, err := waiter.Campaign(ctx); res <- err }()
+	waitFor(t, 5*h.TTL, "waiter to queue again", func() bool { return position(ctx, waiter) == 1 })
+	if err := holder.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		t.Fatalf("Campaign on a new session: %v", err)
+	}
+}
+
+func testTryCampaign(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 10*h.TTL)
+	a, _ := h.NewElector(t, key, "a")
+	b, _ := h.NewElector(t, key, "b")
+	ta, err := a.TryCampaign(ctx)
+	if err != nil {
+		t.Fatalf("TryCampaign on a vacant key: %v", err)
+	}
+	if _, err := b.TryCampaign(ctx); !errors.Is(err, tenure.ErrLocked) {
+		t.Fatalf("TryCampaign on a held key = %v, want ErrLocked", err)
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := a.Leader(ctx); err != nil || !l.Vacant {
+		t.Fatalf("Leader = %+v, %v; want vacant (the refused entry must be gone)", l, err)
+	}
+	tb, err := b.TryCampaign(ctx)
+	if err != nil {
+		t.Fatalf("TryCampaign after release: %v", err)
+	}
+	if tb.Token <= ta.Token {
+		t.Fatalf("term %d not above %d", tb.Token, ta.Token)
+	}
+}
+
+func testCrashFailover(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 10*h.TTL)
+	a, ba := h.NewElector(t, key, "a")
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := h.NewElector(t, key, "b")
+	res := make(chan tenure.Term, 1)
+	go func() {
+		tb, err := b.Campaign(ctx)
+		if err != nil {
+			t.Errorf("Campaign: %v", err)
+		}
+		res <- tb
+	}()
+	waitFor(t, 5*h.TTL, "b to queue", func() bool { return position(ctx, b) == 1 })
+	crashed := time.Now()
+	h.Crash(t, ba)
+	bound := h.TTL + h.FailoverSlack
+	select {
+	case tb := <-res:
+		took := time.Since(crashed)
+		t.Logf("crash failover took %v (TTL %v, bound %v)", took, h.TTL, bound)
+		if tb.Token <= ta.Token {
+			t.Fatalf("successor's term %d not above %d", tb.Token, ta.Token)
+		}
+	case <-time.After(bound):
+		t.Fatalf("no successor within TTL + slack = %v of the crash", bound)
+	}
+}
+
+func testCutOffDemotesFirst(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type event struct {
+		who    string
+		what   string
+		at     time.Time
+		reason error
+	}
+	events := make(chan event, 16)
+	run := func(e *election.Elector, id string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Run(ctx, tenure.Callbacks{
+				OnElected: func(lctx context.Context, term tenure.Term) {
+					events <- event{who: id, what: "elected", at: time.Now()}
+					<-lctx.Done()
+					events <- event{who: id, what: "stopped", at: time.Now()}
+				},
+				OnDemoted: func(term tenure.Term, reason error) {
+					events <- event{who: id, what: "demoted", at: time.Now(), reason: reason}
+				},
+			})
+		}()
+		return done
+	}
+	a, ba := h.NewElector(t, key, "a")
+	doneA := run(a, "a")
+	if ev := <-events; ev.who != "a" || ev.what != "elected" {
+		t.Fatalf("first event %+v, want a elected", ev)
+	}
+	b, _ := h.NewElector(t, key, "b")
+	doneB := run(b, "b")
+	waitFor(t, 5*h.TTL, "b to queue", func() bool { return position(ctx, b) == 1 })
+	cut := time.Now()
+	heal := h.CutOff(t, ba)
+	var stoppedA, electedB time.Time
+	timeout := time.After(3*h.TTL + h.FailoverSlack)
+	for stoppedA.IsZero() || electedB.IsZero() {
+		select {
+		case ev := <-events:
+			switch {
+			case ev.who == "a" && ev.what == "stopped":
+				stoppedA = ev.at
+			case ev.who == "a" && ev.what == "demoted":
+				if !errors.Is(ev.reason, tenure.ErrLeaseExpired) {
+					t.Errorf("a demoted with %v, want ErrLeaseExpired", ev.reason)
+				}
+			case ev.who == "b" && ev.what == "elected":
+				electedB = ev.at
+			}
+		case <-timeout:
+			t.Fatalf("after cutting a off: a stopped at %v, b elected at %v", stoppedA, electedB)
+		}
+	}
+	t.Logf("a cut off; a's work cancelled after %v, b elected after %v (%v later)",
+		stoppedA.Sub(cut), electedB.Sub(cut), electedB.Sub(stoppedA))
+	if !stoppedA.Before(electedB) {
+		t.Fatalf("b was elected %v before the cut-off leader a stopped", stoppedA.Sub(electedB))
+	}
+	heal()
+	cancel()
+	for _, d := range []chan error{doneA, doneB} {
+		if err := <-d; !errors.Is(err, tenure.ErrCanceled) {
+			t.Errorf("Run = %v, want ErrCanceled", err)
+		}
+	}
+}
+
+func testRunStops(t *testing.T, h Harness) {
+	key := Key(t)
+	e, _ := h.NewElector(t, key, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	elected := make(chan tenure.Term, 1)
+	var stopped, demoted atomic.Bool
+	var reason error
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Run(ctx, tenure.Callbacks{
+			OnElected: func(lctx context.Context, term tenure.Term) {
+				elected <- term
+				<-lctx.Done()
+				stopped.Store(true)
+			},
+			OnDemoted: func(term tenure.Term, r error) {
+				if !stopped.Load() {
+					t.Error("OnDemoted ran before OnElected returned")
+				}
+				reason = r
+				demoted.Store(true)
+			},
+		})
+	}()
+	select {
+	case <-elected:
+	case <-time.After(5 * h.TTL):
+		t.Fatal("not elected")
+	}
+	cancel()
+	err := <-done
+	if !errors.Is(err, tenure.ErrCanceled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want ErrCanceled joined with context.Canceled", err)
+	}
+	if !stopped.Load() || !demoted.Load() {
+		t.Fatalf("stopped=%v demoted=%v, want both", stopped.Load(), demoted.Load())
+	}
+	if !errors.Is(reason, tenure.ErrResigned) {
+		t.Fatalf("demotion reason %v, want ErrResigned", reason)
+	}
+	if l, err := e.Leader(ctxT(t, h.TTL)); err != nil || !l.Vacant {
+		t.Fatalf("Leader after Run returned = %+v, %v; want vacant", l, err)
+	}
+}
+
+func testPanicIsResignation(t *testing.T, h Harness) {
+	key := Key(t)
+	e, _ := h.NewElector(t, key, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls atomic.Int32
+	reasons := make(chan error, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Run(ctx, tenure.Callbacks{
+			OnElected: func(lctx context.Context, term tenure.Term) {
+				if calls.Add(1) == 1 {
+					panic("boom")
+				}
+				cancel()
+			},
+			OnDemoted: func(term tenure.Term, r error) { reasons <- r },
+		})
+	}()
+	if err := <-done; !errors.Is(err, tenure.ErrCanceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	if first := <-reasons; !errors.Is(first, tenure.ErrCallbackPanic) || !errors.Is(first, tenure.ErrResigned) {
+		t.Fatalf("reason after a panic = %v, want ErrCallbackPanic and ErrResigned", first)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("OnElected ran %d times, want 2 (re-elected after the panic)", calls.Load())
+	}
+}
+
+func testHardStop(t *testing.T, h Harness) {
+	key := Key(t)
+	a, _ := h.NewElector(t, key, "a")
+	stopT := a.Config().StopTimeout
+	ctx, cancel := context.WithCancel(context.Background())
+	elected := make(chan struct{})
+	hard := make(chan time.Time, 1)
+	var workReturned atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- a.Run(ctx, tenure.Callbacks{
+			OnElected: func(lctx context.Context, term tenure.Term) {
+				close(elected)
+				<-lctx.Done()
+				time.Sleep(2 * stopT) // ignores its context
+				workReturned.Store(time.Now().UnixNano())
+			},
+			OnHardStop: func(tenure.Term) { hard <- time.Now() },
+		})
+	}()
+	<-elected
+	b, _ := h.NewElector(t, key, "b")
+	bres := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.Campaign(ctxT(t, 10*h.TTL)); err != nil {
+			t.Errorf("b: %v", err)
+		}
+		bres <- time.Now()
+	}()
+	waitFor(t, 5*h.TTL, "b to queue", func() bool { return position(context.Background(), b) == 1 })
+	cancelled := time.Now()
+	cancel()
+	select {
+	case at := <-hard:
+		if d := at.Sub(cancelled); d < stopT {
+			t.Fatalf("OnHardStop after %v, before StopTimeout %v", d, stopT)
+		}
+	case <-time.After(5 * h.TTL):
+		t.Fatal("OnHardStop not called")
+	}
+	<-done
+	bAt := <-bres
+	if ret := time.Unix(0, workReturned.Load()); !bAt.After(ret) {
+		t.Fatalf("b elected at %v, before a's work returned at %v", bAt, ret)
+	}
+}
+
+func testObserve(t *testing.T, h Harness) {
+	key := Key(t)
+	obs, _ := h.NewElector(t, key, "observer")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := obs.Observe(ctx)
+	next := func(what string, ok func(tenure.Leader) bool) {
+		t.Helper()
+		timeout := time.After(5 * h.TTL)
+		for {
+			select {
+			case l := <-ch:
+				if ok(l) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("Observe did not report %s", what)
+			}
+		}
+	}
+	next("vacancy", func(l tenure.Leader) bool { return l.Vacant })
+	a, _ := h.NewElector(t, key, "a")
+	ta, err := a.Campaign(ctxT(t, 5*h.TTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next("a", func(l tenure.Leader) bool { return !l.Vacant && l.Term.Token == ta.Token && l.Term.Identity == "a" })
+	if err := a.Resign(ctxT(t, h.TTL)); err != nil {
+		t.Fatal(err)
+	}
+	next("vacancy after resign", func(l tenure.Leader) bool { return l.Vacant })
+	cancel()
+	for range ch { // the channel closes when ctx ends
+	}
+}
+
+func testCloseReleases(t *testing.T, h Harness) {
+	key := Key(t)
+	e, _ := h.NewElector(t, key, "a")
+	ctx := ctxT(t, 5*h.TTL)
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := e.Campaign(ctx); !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("Campaign after Close = %v, want ErrClosed", err)
+	}
+	mustVacant(t, h, key)
+}

@@ -1,0 +1,32 @@
+package electiontest
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tenure-go/tenure/election"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// memoryHarness runs the conformance suite against the in-memory backend.
+func memoryHarness(t *testing.T) Harness {
+	m := NewMemory()
+	t.Cleanup(m.Close)
+	return Harness{
+		TTL:           600 * time.Millisecond,
+		FailoverSlack: 100 * time.Millisecond,
+		NewBackend:    func(testing.TB) election.Backend { return m.Client() },
+		Crash:         func(_ testing.TB, b election.Backend) { b.(*Client).Crash() },
+		CutOff:        func(_ testing.TB, b election.Backend) func() { return b.(*Client).CutOff() },
+		ExpireSession: func(t testing.TB, key, id string) {
+			if !m.ExpireSession(key, id) {
+				t.Fatalf("no session of %s on %s", id, key)
+			}
+		},
+	}
+}
+
+func TestConformance_Memory(t *testing.T) { Run(t, memoryHarness(t)) }

@@ -1,0 +1,437 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure"
+)
+
+// Option injects a dependency into New.
+type Option func(*Elector)
+
+// WithLogger sets the logger. Default: zap.NewNop(). Every line carries the
+// key and identity, and the term where one is known.
+func WithLogger(l *zap.Logger) Option {
+	return func(e *Elector) {
+		if l != nil {
+			e.log = l
+		}
+	}
+}
+
+// WithClock sets the clock read for lease deadlines. Default: the system
+// clock (time.Now).
+func WithClock(c Clock) Option {
+	return func(e *Elector) {
+		if c != nil {
+			e.clock = c
+		}
+	}
+}
+
+// Elector campaigns for one key on one backend. Its methods are safe for
+// concurrent use; campaigns are serialized (a second Campaign waits for the
+// first). Close it when done: it owns a session and goroutines.
+type Elector struct {
+	b     Backend
+	cfg   Config
+	log   *zap.Logger
+	clock Clock
+
+	campaignMu sync.Mutex // one campaign (and one Run) at a time
+
+	mu           sync.Mutex
+	lease        *lease // current session, nil until needed or after loss
+	lead         *leadership
+	pending      *Ticket // the entry of the campaign in progress
+	pendingLease *lease
+	closed       bool
+	wg           sync.WaitGroup // Observe goroutines
+
+	ctx       context.Context // ends at Close
+	cancelAll context.CancelFunc
+}
+
+// leadership is one term held by this elector.
+type leadership struct {
+	term   tenure.Term
+	ticket Ticket
+	lease  *lease
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // the loss watcher exited
+
+	released bool // the entry was deleted (guarded by Elector.mu)
+}
+
+// New returns an Elector for cfg.Key on b. It applies cfg's defaults,
+// validates cfg and asks b to check the key and TTL; every error wraps
+// tenure.ErrInvalidConfig. It does not contact the backend.
+func New(b Backend, cfg Config, opts ...Option) (*Elector, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil Backend", tenure.ErrInvalidConfig)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := b.CheckKey(cfg.Key); err != nil {
+		return nil, err
+	}
+	if err := b.CheckTTL(cfg.TTL); err != nil {
+		return nil, err
+	}
+	e := &Elector{b: b, cfg: cfg, log: zap.NewNop(), clock: realClock{}}
+	e.ctx, e.cancelAll = context.WithCancel(context.Background())
+	for _, o := range opts {
+		o(e)
+	}
+	e.log = e.log.With(zap.String("key", cfg.Key), zap.String("identity", cfg.Identity), zap.String("backend", b.Name()))
+	return e, nil
+}
+
+// Config returns the elector's configuration, defaults applied.
+func (e *Elector) Config() Config { return e.cfg }
+
+// currentLease returns a live lease, opening a session when there is none.
+func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, tenure.ErrClosed
+	}
+	if l := e.lease; l != nil && l.Valid() {
+		e.mu.Unlock()
+		return l, nil
+	}
+	old := e.lease
+	e.lease = nil
+	e.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	sess, err := e.b.OpenSession(ctx, SessionOptions{TTL: e.cfg.TTL, RenewInterval: e.cfg.RenewInterval, Now: e.clock.Now})
+	if err != nil {
+		return nil, e.ctxErr(ctx, err)
+	}
+	l := newLease(sess, e.clock, e.cfg.DeadlineMargin, e.cfg.CleanupTimeout, e.log)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		go l.stop()
+		return nil, tenure.ErrClosed
+	}
+	e.lease = l
+	return l, nil
+}
+
+// ctxErr turns a failure that happened because ctx ended into
+// tenure.ErrCanceled joined with ctx.Err().
+func (e *Elector) ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(tenure.ErrCanceled, ctx.Err())
+	}
+	return err
+}
+
+// Campaign blocks until this candidate leads cfg.Key and returns its term.
+// Candidates are served in arrival order. If this elector already leads, it
+// returns the current term at once.
+//
+// It returns tenure.ErrCanceled joined with ctx.Err() when ctx ends, an error
+// wrapping tenure.ErrSessionExpired as soon as the session dies while
+// waiting (including a lease deadline passing while cut off), and
+// tenure.ErrClosed after Close. On every error path it removes its own
+// entry, on a fresh context bounded by Config.CleanupTimeout.
+//
+// After Campaign returns, Done is closed and Err is set when the term is
+// lost.
+func (e *Elector) Campaign(ctx context.Context) (tenure.Term, error) {
+	return e.campaign(ctx, true)
+}
+
+// TryCampaign is Campaign that does not wait: when another candidate holds
+// or is queued before this one, it removes its entry and returns
+// tenure.ErrLocked.
+func (e *Elector) TryCampaign(ctx context.Context) (tenure.Term, error) {
+	return e.campaign(ctx, false)
+}
+
+func (e *Elector) campaign(ctx context.Context, wait bool) (tenure.Term, error) {
+	e.campaignMu.Lock()
+	defer e.campaignMu.Unlock()
+	if ctx.Err() != nil {
+		return tenure.Term{}, errors.Join(tenure.ErrCanceled, ctx.Err())
+	}
+	if t, ok := e.currentTerm(); ok {
+		return t, nil
+	}
+	start := e.clock.Now()
+	l, err := e.currentLease(ctx)
+	if err != nil {
+		return tenure.Term{}, err
+	}
+	// waitCtx ends when the caller gives up or the session dies.
+	waitCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopAfter := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	defer stopAfter()
+
+	t, err := l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
+	if err != nil {
+		return tenure.Term{}, e.campaignErr(ctx, l, err)
+	}
+	log := e.log.With(zap.Uint64("token", t.Token))
+	e.setPending(&t, l)
+	defer e.setPending(nil, nil)
+	if !wait {
+		n, err := l.sess.Ahead(waitCtx, t)
+		if err == nil && n > 0 {
+			e.cleanup(ctx, l, t)
+			return tenure.Term{}, fmt.Errorf("%w: %d candidate(s) ahead on %q", tenure.ErrLocked, n, e.cfg.Key)
+		}
+		if err != nil {
+			e.cleanup(ctx, l, t)
+			return tenure.Term{}, e.campaignErr(ctx, l, err)
+		}
+	}
+	log.Debug("campaign queued")
+	if err := l.sess.WaitHead(waitCtx, t); err != nil {
+		e.cleanup(ctx, l, t)
+		return tenure.Term{}, e.campaignErr(ctx, l, err)
+	}
+	// Ownership was re-read by WaitHead; the lease must still be trusted.
+	if !l.Valid() {
+		e.cleanup(ctx, l, t)
+		return tenure.Term{}, e.campaignErr(ctx, l, tenure.ErrLeaseExpired)
+	}
+	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Since: e.clock.Now()}
+	e.startLeadership(l, t, term)
+	log.Info("elected", zap.Duration("waited", term.Since.Sub(start)), zap.Time("deadline", l.Deadline()))
+	return term, nil
+}
+
+// campaignErr classifies a failed campaign: the session's end first, then
+// the caller's ctx, then the backend's own error.
+func (e *Elector) campaignErr(ctx context.Context, l *lease, err error) error {
+	if l.ctx.Err() != nil {
+		cause := context.Cause(l.ctx)
+		if errors.Is(cause, tenure.ErrClosed) {
+			return tenure.ErrClosed
+		}
+		if !errors.Is(cause, tenure.ErrSessionExpired) {
+			cause = fmt.Errorf("%w: %w", tenure.ErrSessionExpired, cause)
+		}
+		return cause
+	}
+	if errors.Is(err, tenure.ErrLeaseExpired) {
+		return fmt.Errorf("%w: %w", tenure.ErrSessionExpired, err)
+	}
+	return e.ctxErr(ctx, err)
+}
+
+func (e *Elector) setPending(t *Ticket, l *lease) {
+	e.mu.Lock()
+	e.pending, e.pendingLease = t, l
+	e.mu.Unlock()
+}
+
+// Position returns how many candidates are queued ahead of this elector's
+// campaign in progress: 0 when it leads or is about to. It returns
+// tenure.ErrNotLeader wrapped in an explanatory error when no campaign is in
+// progress and this elector does not lead.
+func (e *Elector) Position(ctx context.Context) (int, error) {
+	if e.IsLeader() {
+		return 0, nil
+	}
+	e.mu.Lock()
+	t, l := e.pending, e.pendingLease
+	e.mu.Unlock()
+	if t == nil {
+		return 0, fmt.Errorf("%w: no campaign in progress", tenure.ErrNotLeader)
+	}
+	n, err := l.sess.Ahead(ctx, *t)
+	if err != nil {
+		return 0, e.ctxErr(ctx, err)
+	}
+	return n, nil
+}
+
+// cleanup removes t's entry on a fresh context bounded by CleanupTimeout.
+func (e *Elector) cleanup(ctx context.Context, l *lease, t Ticket) {
+	if l.ctx.Err() != nil {
+		return // the session is gone or being closed: its entries go with it
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CleanupTimeout)
+	defer cancel()
+	if err := l.sess.Dequeue(cctx, t); err != nil {
+		e.log.Warn("removing the campaign's entry failed; it goes when the session expires",
+			zap.Uint64("token", t.Token), zap.Error(err))
+	}
+}
+
+func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term) {
+	ctx, cancel := context.WithCancelCause(l.ctx)
+	ld := &leadership{term: term, ticket: t, lease: l, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(ld.done)
+		err := l.sess.WatchLoss(ctx, t)
+		if ctx.Err() == nil {
+			if err == nil {
+				err = tenure.ErrOwnershipLost
+			}
+			cancel(err)
+		}
+		if cause := context.Cause(ctx); !errors.Is(cause, tenure.ErrResigned) && !errors.Is(cause, tenure.ErrClosed) {
+			e.log.Warn("leadership lost", zap.Uint64("token", term.Token), zap.Error(cause))
+		}
+	}()
+	e.mu.Lock()
+	e.lead = ld
+	e.mu.Unlock()
+}
+
+// currentTerm returns the term this elector holds, if it still holds one.
+func (e *Elector) currentTerm() (tenure.Term, bool) {
+	e.mu.Lock()
+	ld := e.lead
+	e.mu.Unlock()
+	if ld == nil || ld.ctx.Err() != nil || !ld.lease.Valid() {
+		return tenure.Term{}, false
+	}
+	return ld.term, true
+}
+
+// IsLeader reports whether this elector holds a term whose lease deadline is
+// still ahead. It reads local state only.
+func (e *Elector) IsLeader() bool {
+	_, ok := e.currentTerm()
+	return ok
+}
+
+// Term returns the term this elector holds and true, or the zero Term and
+// false when it does not lead.
+func (e *Elector) Term() (tenure.Term, bool) { return e.currentTerm() }
+
+// Deadline returns the current lease deadline (the local instant at which a
+// leader cut off from the backend demotes itself), or the zero time when
+// there is no session.
+func (e *Elector) Deadline() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lease == nil {
+		return time.Time{}
+	}
+	return e.lease.Deadline()
+}
+
+// Suspended reports whether the session's last renewal failed while its
+// deadline has not passed: the leader still leads, on borrowed time.
+func (e *Elector) Suspended() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lease != nil && e.lease.Suspended()
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done returns a channel that is closed when the term returned by the latest
+// successful Campaign is lost or resigned. When this elector has never led,
+// the channel is already closed.
+func (e *Elector) Done() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lead == nil {
+		return closedCh
+	}
+	return e.lead.ctx.Done()
+}
+
+// Err returns why the latest term ended: an error wrapping
+// tenure.ErrResigned, tenure.ErrLeaseExpired, tenure.ErrSessionExpired,
+// tenure.ErrOwnershipLost or tenure.ErrClosed; nil while it lasts;
+// tenure.ErrNotLeader when this elector has never led.
+func (e *Elector) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lead == nil {
+		return tenure.ErrNotLeader
+	}
+	return context.Cause(e.lead.ctx)
+}
+
+// leaderContext returns the context of the current term (for Run).
+func (e *Elector) leaderContext() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lead.ctx
+}
+
+// Resign gives up the term this elector holds: its Done channel closes with
+// tenure.ErrResigned and its entry is deleted (guarded by its token, so a
+// later holder's entry is never touched). Resign is idempotent and safe to
+// retry: when it fails (backend unavailable), calling it again retries the
+// delete; when there is nothing to give up, it returns nil.
+func (e *Elector) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	ld := e.lead
+	e.mu.Unlock()
+	if ld == nil {
+		return nil
+	}
+	ld.cancel(tenure.ErrResigned)
+	<-ld.done
+	e.mu.Lock()
+	released := ld.released
+	e.mu.Unlock()
+	if released || ld.lease.ctx.Err() != nil {
+		return nil // already deleted, or the session is gone and the entry with it
+	}
+	if err := ld.lease.sess.Dequeue(ctx, ld.ticket); err != nil {
+		return e.ctxErr(ctx, fmt.Errorf("tenure: resign %s: %w", ld.term, err))
+	}
+	e.mu.Lock()
+	ld.released = true
+	e.mu.Unlock()
+	e.log.Info("resigned", zap.Uint64("token", ld.term.Token))
+	return nil
+}
+
+// Leader reads the current leader of the key from the backend.
+func (e *Elector) Leader(ctx context.Context) (tenure.Leader, error) {
+	l, err := e.b.Leader(ctx, e.cfg.Key)
+	if err != nil {
+		return tenure.Leader{}, e.ctxErr(ctx, err)
+	}
+	return l, nil
+}
+
+// Close resigns any term this elector holds (the guarded delete runs on
+// ctx), ends its session on a context bounded by Config.CleanupTimeout
+// (releasing its entries), stops Observe goroutines and waits for
+// everything it started to exit. The elector cannot be used afterwards.
+// Close is idempotent; it returns the resignation's error, if any, and the
+// session ends regardless.
+func (e *Elector) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.cancelAll()
+	l := e.lease
+	e.mu.Unlock()
+	err := e.Resign(ctx)
+	if l != nil {
+		l.stop()
+	}
+	e.wg.Wait()
+	return err
+}

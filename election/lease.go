@@ -1,0 +1,147 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure"
+)
+
+// lease owns one backend session and its local deadline. Its ctx is
+// cancelled, with the reason as cause, the moment the session can no longer
+// be trusted: the deadline passed (tenure.ErrLeaseExpired), the backend
+// reported the session dead (tenure.ErrSessionExpired), or the elector
+// closed it (tenure.ErrClosed). A lease is never revived; the elector opens
+// a new one.
+type lease struct {
+	sess   Session
+	clock  Clock
+	margin time.Duration
+	log    *zap.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stopCh chan struct{}
+	done   chan struct{}
+	closeT time.Duration
+
+	mu        sync.Mutex
+	deadline  time.Time
+	suspended bool
+	stopOnce  sync.Once
+}
+
+func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log *zap.Logger) *lease {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	g := sess.Granted()
+	l := &lease{
+		sess: sess, clock: clock, margin: margin, log: log,
+		ctx: ctx, cancel: cancel,
+		stopCh: make(chan struct{}), done: make(chan struct{}),
+		closeT:   closeTimeout,
+		deadline: g.Sent.Add(g.TTL - margin),
+	}
+	go l.run()
+	return l
+}
+
+// Deadline returns the local instant after which the lease is not trusted.
+func (l *lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Suspended reports whether the last renewal attempt failed while the
+// deadline has not passed yet.
+func (l *lease) Suspended() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.suspended && l.ctx.Err() == nil
+}
+
+// Valid reports whether the lease is live and its deadline is ahead.
+func (l *lease) Valid() bool {
+	return l.ctx.Err() == nil && l.clock.Now().Before(l.Deadline())
+}
+
+// stop ends the lease (cause tenure.ErrClosed unless it already ended),
+// closes the session and waits for the monitor to exit.
+func (l *lease) stop() {
+	l.stopOnce.Do(func() { close(l.stopCh) })
+	<-l.done
+}
+
+func (l *lease) apply(r Renewal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.Err != nil {
+		if !l.suspended {
+			l.log.Warn("lease renewal failed; suspended until the deadline", zap.Error(r.Err),
+				zap.Duration("remaining", l.deadline.Sub(l.clock.Now())))
+		}
+		l.suspended = true
+		return
+	}
+	if d := r.Sent.Add(r.TTL - l.margin); d.After(l.deadline) {
+		l.deadline = d
+	}
+	if l.suspended {
+		l.log.Info("lease renewal acknowledged again; no longer suspended")
+	}
+	l.suspended = false
+}
+
+func (l *lease) run() {
+	defer close(l.done)
+	defer l.closeSession()
+	timer := time.NewTimer(l.Deadline().Sub(l.clock.Now()))
+	defer timer.Stop()
+	for {
+		select {
+		case r := <-l.sess.Renewals():
+			l.apply(r)
+			timer.Reset(l.Deadline().Sub(l.clock.Now()))
+		case <-timer.C:
+			// Take any acknowledgement that raced with the timer first.
+			select {
+			case r := <-l.sess.Renewals():
+				l.apply(r)
+			default:
+			}
+			if left := l.Deadline().Sub(l.clock.Now()); left > 0 {
+				timer.Reset(left)
+				continue
+			}
+			l.cancel(tenure.ErrLeaseExpired)
+			l.log.Warn("lease deadline passed without an acknowledged renewal; session abandoned")
+			return
+		case <-l.sess.Done():
+			err := l.sess.Err()
+			if err == nil || !errors.Is(err, tenure.ErrSessionExpired) && !errors.Is(err, tenure.ErrClosed) {
+				err = fmt.Errorf("%w: %w", tenure.ErrSessionExpired, err)
+			}
+			l.cancel(err)
+			l.log.Warn("session ended", zap.Error(err))
+			return
+		case <-l.stopCh:
+			l.cancel(tenure.ErrClosed)
+			return
+		}
+	}
+}
+
+// closeSession ends the session on the server on a fresh bounded context:
+// whatever happened, entries of an untrusted session must not linger.
+func (l *lease) closeSession() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.closeT)
+	defer cancel()
+	if err := l.sess.Close(ctx); err != nil {
+		l.log.Debug("closing session failed; the server expires it after its TTL", zap.Error(err))
+	}
+}

@@ -1,0 +1,160 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure"
+)
+
+// Run campaigns, leads and campaigns again until ctx ends or the elector is
+// closed. Each time it is elected it runs cb.OnElected in its own goroutine
+// with a context that is cancelled the moment leadership can no longer be
+// guaranteed; it waits for OnElected to return (running cb.OnHardStop if it
+// has not returned Config.StopTimeout after its context ended), resigns
+// unless the session is already gone, runs cb.OnDemoted with the reason, and
+// campaigns again. OnElected returning on its own is a resignation. If
+// cb.OnLeader is set, Run observes the key and reports every change.
+//
+// When ctx ends, Run stops the elected work, resigns, and returns
+// tenure.ErrCanceled joined with ctx.Err(). It returns tenure.ErrClosed after
+// Close and a tenure.ErrInvalidConfig error when the backend refuses the
+// configuration; transient failures are logged and retried every
+// Config.RetryInterval. Run returns only after every goroutine it started
+// has exited. Only one Run (or Campaign) proceeds at a time per Elector.
+func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
+	if cb.OnLeader != nil {
+		obsCtx, stopObs := context.WithCancel(ctx)
+		leaders := e.Observe(obsCtx)
+		obsDone := make(chan struct{})
+		go func() {
+			defer close(obsDone)
+			for l := range leaders {
+				e.safely("OnLeader", func() { cb.OnLeader(l) })
+			}
+		}()
+		defer func() { stopObs(); <-obsDone }()
+	}
+	for {
+		term, err := e.Campaign(ctx)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return errors.Join(tenure.ErrCanceled, ctx.Err())
+		case errors.Is(err, tenure.ErrClosed), errors.Is(err, tenure.ErrInvalidConfig):
+			return err
+		default:
+			e.log.Info("campaign failed; retrying", zap.Error(err), zap.Duration("retry_in", e.cfg.RetryInterval))
+			if !sleepCtx(ctx, e.cfg.RetryInterval) {
+				return errors.Join(tenure.ErrCanceled, ctx.Err())
+			}
+			continue
+		}
+		reason := e.lead1(ctx, term, cb)
+		e.safely("OnDemoted", func() {
+			if cb.OnDemoted != nil {
+				cb.OnDemoted(term, reason)
+			}
+		})
+		if errors.Is(reason, tenure.ErrClosed) {
+			return tenure.ErrClosed
+		}
+		if ctx.Err() != nil {
+			return errors.Join(tenure.ErrCanceled, ctx.Err())
+		}
+	}
+}
+
+// lead1 runs one term: OnElected until it returns, then resigns if the
+// session lives. It returns the demotion reason.
+func (e *Elector) lead1(ctx context.Context, term tenure.Term, cb tenure.Callbacks) error {
+	lctx := e.leaderContext()
+	workDone := make(chan struct{})
+	var panicked error
+	go func() {
+		defer close(workDone)
+		if cb.OnElected == nil {
+			<-lctx.Done()
+			return
+		}
+		panicked = e.safely("OnElected", func() { cb.OnElected(lctx, term) })
+	}()
+	select {
+	case <-workDone:
+	case <-lctx.Done():
+	case <-ctx.Done():
+	}
+	// Ask the work to stop (no-op if the term already ended), then wait.
+	e.mu.Lock()
+	ld := e.lead
+	e.mu.Unlock()
+	ld.cancel(tenure.ErrResigned)
+	e.awaitWork(term, workDone, cb)
+	reason := context.Cause(lctx)
+	if panicked != nil {
+		reason = fmt.Errorf("%w: %w", tenure.ErrResigned, panicked)
+	}
+	if errors.Is(reason, tenure.ErrResigned) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CleanupTimeout)
+		if err := e.Resign(rctx); err != nil {
+			e.log.Warn("resign failed; the entry goes when the session expires", zap.Error(err))
+		}
+		cancel()
+	}
+	e.log.Info("demoted", zap.Uint64("token", term.Token), zap.NamedError("reason", reason))
+	return reason
+}
+
+// awaitWork waits for the elected work to return; after StopTimeout it runs
+// OnHardStop once and keeps waiting: leadership is not released while the
+// work runs.
+func (e *Elector) awaitWork(term tenure.Term, workDone <-chan struct{}, cb tenure.Callbacks) {
+	t := time.NewTimer(e.cfg.StopTimeout)
+	defer t.Stop()
+	select {
+	case <-workDone:
+		return
+	case <-t.C:
+	}
+	e.log.Error("elected work ignored its cancelled context past StopTimeout; hard stop",
+		zap.Uint64("token", term.Token), zap.Duration("stop_timeout", e.cfg.StopTimeout))
+	hard := cb.OnHardStop
+	if hard == nil {
+		hard = func(tenure.Term) {
+			_ = e.log.Sync()
+			fmt.Fprintf(os.Stderr, "tenure: elected work for %s did not stop within %v; exiting\n", term, e.cfg.StopTimeout)
+			os.Exit(1)
+		}
+	}
+	e.safely("OnHardStop", func() { hard(term) })
+	<-workDone
+}
+
+// safely runs a callback, turning a panic into an error wrapping
+// tenure.ErrCallbackPanic.
+func (e *Elector) safely(name string, f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: %v", tenure.ErrCallbackPanic, name, r)
+			e.log.Error("callback panicked; treated as a resignation", zap.String("callback", name), zap.Any("panic", r))
+		}
+	}()
+	f()
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

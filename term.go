@@ -1,0 +1,57 @@
+package tenure
+
+import (
+	"fmt"
+	"time"
+)
+
+// Term is one tenure of one leader over one key. Its Token is the fencing
+// token: pass it to the protected resource with every write and let the
+// resource refuse tokens lower than the highest it has seen.
+//
+// A Term is a value; it is safe to copy and to share between goroutines.
+type Term struct {
+	// Token is the fencing token. On etcd it is the create revision of the
+	// leader's key. It is never zero for a real term.
+	Token uint64
+	// Key is the election key (the name users gave, not the backend's
+	// internal key).
+	Key string
+	// Identity is the leader's identity as it announced itself.
+	Identity string
+	// Backend names the backend that issued the term ("etcd", "memory", ...).
+	Backend string
+	// Since is the local time at which this process learned of the term. It
+	// is meaningful only on the machine that set it; never compare it with
+	// another machine's clock.
+	Since time.Time
+}
+
+// IsZero reports whether t is the zero Term (no term).
+func (t Term) IsZero() bool { return t.Token == 0 }
+
+// String formats the term for logs: "key#token(identity)".
+func (t Term) String() string {
+	return fmt.Sprintf("%s#%d(%s)", t.Key, t.Token, t.Identity)
+}
+
+// Leader is what an observer of a key sees: either the current leader's term
+// or a vacancy. The zero Leader is a vacancy of an unnamed key.
+//
+// A Leader is a value; it is safe to copy and to share between goroutines.
+type Leader struct {
+	// Key is the election key that was observed.
+	Key string
+	// Vacant is true when nobody holds the key.
+	Vacant bool
+	// Term is the holder's term; zero when Vacant.
+	Term Term
+}
+
+// String formats the leader for logs.
+func (l Leader) String() string {
+	if l.Vacant {
+		return l.Key + ": vacant"
+	}
+	return l.Term.String()
+}
