@@ -1,0 +1,176 @@
+package etcdelect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// Name is the backend's name in terms, logs and metrics.
+const Name = "etcd"
+
+// MaxKeyLen is the longest election key accepted, in bytes.
+const MaxKeyLen = 1024
+
+// Backend is an election.Backend on one etcd client. It is safe for
+// concurrent use. It does not own the client.
+type Backend struct {
+	cli *clientv3.Client
+}
+
+var _ election.Backend = (*Backend)(nil)
+
+// New returns a Backend on cli.
+func New(cli *clientv3.Client) *Backend { return &Backend{cli: cli} }
+
+// Client returns the client the backend uses.
+func (b *Backend) Client() *clientv3.Client { return b.cli }
+
+// Name returns "etcd".
+func (b *Backend) Name() string { return Name }
+
+// Linearizable returns true.
+func (b *Backend) Linearizable() bool { return true }
+
+// CheckKey refuses empty keys, keys that are not valid UTF-8 or hold NUL or
+// control characters, and keys longer than MaxKeyLen.
+func (b *Backend) CheckKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: etcd: empty key", tenure.ErrInvalidConfig)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: etcd: key is %d bytes, longer than %d", tenure.ErrInvalidConfig, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: etcd: key %q is not valid UTF-8", tenure.ErrInvalidConfig, key)
+	case strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+		return fmt.Errorf("%w: etcd: key %q holds a control character", tenure.ErrInvalidConfig, key)
+	}
+	return nil
+}
+
+// CheckTTL refuses TTLs that are not a whole number of seconds, at least
+// one: etcd leases count whole seconds. The server may refuse more (its
+// minimum TTL grows with its election timeout); OpenSession reports that.
+func (b *Backend) CheckTTL(ttl time.Duration) error {
+	if ttl < time.Second || ttl%time.Second != 0 {
+		return fmt.Errorf("%w: etcd: TTL %v: etcd leases take whole seconds, at least 1s", tenure.ErrInvalidConfig, ttl)
+	}
+	return nil
+}
+
+func prefix(key string) string { return key + "/" }
+
+func entryName(key string, lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s%x", prefix(key), int64(lease))
+}
+
+// translate maps an etcd client error onto tenure's sentinels, keeping it
+// reachable. Context errors pass through unchanged.
+func translate(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("%w: etcd %s: %w", tenure.ErrSessionExpired, op, err)
+	default:
+		return fmt.Errorf("%w: etcd %s: %w", tenure.ErrUnavailable, op, err)
+	}
+}
+
+// Leader reads the oldest entry under key.
+func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
+	resp, err := b.cli.Get(ctx, prefix(key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return tenure.Leader{}, translate("get leader", err)
+	}
+	return leaderOf(key, resp.Kvs), nil
+}
+
+func leaderOf(key string, kvs []*mvccpb.KeyValue) tenure.Leader {
+	if len(kvs) == 0 {
+		return tenure.Leader{Key: key, Vacant: true}
+	}
+	return tenure.Leader{Key: key, Term: tenure.Term{
+		Token: uint64(kvs[0].CreateRevision), Key: key, Identity: string(kvs[0].Value), Backend: Name,
+	}}
+}
+
+// Observe emits the oldest entry under key now and after every change under
+// it.
+func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Leader)) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := b.cli.Watch(wctx, prefix(key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	if err := awaitCreated(ctx, wch); err != nil {
+		return err
+	}
+	for {
+		l, err := b.Leader(ctx, key)
+		if err != nil {
+			return err
+		}
+		emit(l)
+		if err := awaitEvents(ctx, wch); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitCreated waits for a watch's creation to be acknowledged: from then
+// on, every change after the server's current revision is delivered.
+func awaitCreated(ctx context.Context, wch clientv3.WatchChan) error {
+	select {
+	case wr, ok := <-wch:
+		if !ok {
+			return watchClosed(ctx)
+		}
+		if err := wr.Err(); err != nil {
+			return translate("watch", err)
+		}
+		if !wr.Created {
+			return fmt.Errorf("%w: etcd watch: first response was not its creation", tenure.ErrUnavailable)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// awaitEvents waits for a watch response carrying events.
+func awaitEvents(ctx context.Context, wch clientv3.WatchChan) error {
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				return watchClosed(ctx)
+			}
+			if err := wr.Err(); err != nil {
+				return translate("watch", err)
+			}
+			if len(wr.Events) > 0 {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func watchClosed(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w: etcd watch closed", tenure.ErrUnavailable)
+}

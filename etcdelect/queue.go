@@ -1,0 +1,255 @@
+package etcdelect
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// Enqueue puts "<key>/<lease hex>" with the identity under the session's
+// lease unless the session already has that entry. When the outcome is
+// unknown (the reply was lost), it deletes the entry on a fresh context.
+func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
+	name := entryName(key, s.id)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
+		Then(clientv3.OpPut(name, identity, clientv3.WithLease(s.id))).
+		Else(clientv3.OpGet(name)).
+		Commit()
+	if err != nil {
+		s.deleteOwn(ctx, name)
+		return election.Ticket{}, translate("enqueue", err)
+	}
+	t := election.Ticket{Key: key, Identity: identity, Name: name, Token: uint64(resp.Header.Revision)}
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 { // deleted between the compare and the get: impossible in one txn
+			return election.Ticket{}, tenure.ErrOwnershipLost
+		}
+		t.Token, t.Identity = uint64(kvs[0].CreateRevision), string(kvs[0].Value)
+	}
+	return t, nil
+}
+
+// deleteOwn deletes name if it is attached to this session's lease.
+func (s *session) deleteOwn(ctx context.Context, name string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.TTL)
+	defer cancel()
+	_, _ = s.cli.Txn(cctx).
+		If(clientv3.Compare(clientv3.LeaseValue(name), "=", s.id)).
+		Then(clientv3.OpDelete(name)).
+		Commit()
+}
+
+// read returns t's own entry (nil when gone or replaced) and the newest
+// entry older than it (nil when t is first), in one consistent read. With
+// all, it lists the names of every older entry instead, and ahead counts
+// them (etcd's Count ignores create-revision filters, so they are listed).
+func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, pred *mvccpb.KeyValue, ahead int, err error) {
+	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(int64(t.Token)-1))
+	if all {
+		before = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1), clientv3.WithKeysOnly()}
+	}
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(t.Name),
+		clientv3.OpGet(prefix(t.Key), before...),
+	).Commit()
+	if err != nil {
+		return nil, nil, 0, translate("read queue", err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && uint64(kvs[0].CreateRevision) == t.Token {
+		own = kvs[0]
+	}
+	r := resp.Responses[1].GetResponseRange()
+	if len(r.Kvs) > 0 {
+		pred = r.Kvs[0]
+	}
+	return own, pred, len(r.Kvs), nil
+}
+
+// Ahead counts the entries older than t.
+func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
+	own, _, n, err := s.read(ctx, t, true)
+	if err != nil {
+		return 0, err
+	}
+	if own == nil {
+		return 0, s.lost(ctx, t)
+	}
+	return n, nil
+}
+
+// retryPause is the pause after a transient failure while waiting. The
+// elector's lease deadline bounds how long a waiter keeps retrying.
+const retryPause = 50 * time.Millisecond
+
+// WaitHead waits until no entry older than t remains. It watches only the
+// newest older entry (the predecessor) and t's own entry. Transient failures
+// are retried until ctx ends; the elector ends ctx when the session can no
+// longer be trusted.
+func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	var ownCh clientv3.WatchChan
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ownCh == nil {
+			ownCh = s.cli.Watch(wctx, t.Name, clientv3.WithCreatedNotify())
+			if err := awaitCreated(ctx, ownCh); err != nil {
+				ownCh = nil
+				if !pause(ctx) {
+					return ctx.Err()
+				}
+				continue
+			}
+		}
+		own, pred, _, err := s.read(ctx, t, false)
+		if err != nil {
+			if !pause(ctx) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if own == nil {
+			return s.lost(ctx, t)
+		}
+		if pred == nil {
+			return nil // first in the queue, and the same read shows our own entry
+		}
+		switch err := s.waitDelete(wctx, ctx, pred, ownCh); {
+		case errors.Is(err, errOwnGone):
+			return s.lost(ctx, t)
+		case errors.Is(err, errOwnWatch):
+			ownCh = nil
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		}
+	}
+}
+
+var (
+	errOwnGone  = errors.New("own entry deleted")
+	errOwnWatch = errors.New("own watch failed")
+)
+
+// waitDelete waits until pred is deleted. The watch starts at the current
+// revision (a synced watcher, delivered at once), and pred is re-read after
+// the watch exists, so a delete in between is not missed. It returns nil
+// when pred is gone or on a transient failure (the caller re-reads),
+// errOwnGone when our own entry was deleted.
+func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, ownCh clientv3.WatchChan) error {
+	pctx, cancel := context.WithCancel(wctx)
+	defer cancel()
+	pch := s.cli.Watch(pctx, string(pred.Key), clientv3.WithCreatedNotify())
+	if err := awaitCreated(ctx, pch); err != nil {
+		pause(ctx)
+		return err
+	}
+	g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithCountOnly())
+	if err != nil {
+		pause(ctx)
+		return err
+	}
+	if g.Count == 0 {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-pch:
+			if !ok || wr.Err() != nil {
+				pause(ctx)
+				return errors.New("predecessor watch failed")
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		case wr, ok := <-ownCh:
+			if !ok || wr.Err() != nil {
+				return errOwnWatch
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return errOwnGone
+				}
+			}
+		}
+	}
+}
+
+// WatchLoss waits until t's entry is deleted or replaced.
+func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for {
+		wch := s.cli.Watch(wctx, t.Name, clientv3.WithCreatedNotify())
+		if err := awaitCreated(ctx, wch); err == nil {
+			own, _, _, err := s.read(ctx, t, false)
+			if err == nil && own == nil {
+				return s.lost(ctx, t)
+			}
+			if err == nil {
+				if err := awaitLoss(ctx, wch, t); err != nil {
+					return s.lost(ctx, t)
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !pause(ctx) {
+			return ctx.Err()
+		}
+	}
+}
+
+// awaitLoss returns errOwnGone when t's entry is deleted or recreated, nil
+// when the watch fails (transient), ctx.Err() never (the caller checks).
+func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete || uint64(ev.Kv.CreateRevision) != t.Token {
+					return errOwnGone
+				}
+			}
+		}
+	}
+}
+
+// Dequeue deletes t's entry if its create revision is still t's.
+func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
+	_, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(t.Name), "=", int64(t.Token))).
+		Then(clientv3.OpDelete(t.Name)).
+		Commit()
+	return translate("dequeue", err)
+}
+
+func pause(ctx context.Context) bool {
+	t := time.NewTimer(retryPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,166 @@
+package etcdelect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// OpenSession grants a lease of opts.TTL and renews it every
+// opts.RenewInterval with one KeepAliveOnce each, reporting the send time of
+// every acknowledged renewal. When the server grants a different TTL than
+// asked (its minimum lease TTL is higher), it revokes the lease and fails
+// with tenure.ErrInvalidConfig.
+func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
+	if err := b.CheckTTL(opts.TTL); err != nil {
+		return nil, err
+	}
+	if opts.RenewInterval <= 0 || opts.RenewInterval >= opts.TTL {
+		return nil, fmt.Errorf("%w: etcd: RenewInterval %v must be positive and below the TTL %v", tenure.ErrInvalidConfig, opts.RenewInterval, opts.TTL)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	want := int64(opts.TTL / time.Second)
+	sent := opts.Now()
+	resp, err := b.cli.Grant(ctx, want)
+	if err != nil {
+		return nil, translate("grant", err)
+	}
+	if resp.TTL != want {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.TTL)
+		defer cancel()
+		_, _ = b.cli.Revoke(rctx, resp.ID)
+		return nil, fmt.Errorf("%w: etcd granted a %ds lease for the %ds asked: the server's minimum lease TTL is above the TTL", tenure.ErrInvalidConfig, resp.TTL, want)
+	}
+	s := &session{
+		cli: b.cli, id: resp.ID, opts: opts,
+		granted:  election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second},
+		renewals: make(chan election.Renewal, 1), done: make(chan struct{}), loopDone: make(chan struct{}),
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	go s.keepAlive()
+	return s, nil
+}
+
+// session is one etcd lease and the entries attached to it.
+type session struct {
+	cli     *clientv3.Client
+	id      clientv3.LeaseID
+	opts    election.SessionOptions
+	granted election.Renewal
+
+	renewals chan election.Renewal
+
+	ctx      context.Context // ends at Close
+	stop     context.CancelFunc
+	loopDone chan struct{}
+
+	done     chan struct{}
+	doneOnce sync.Once
+	errMu    sync.Mutex
+	err      error
+}
+
+func (s *session) Granted() election.Renewal         { return s.granted }
+func (s *session) Renewals() <-chan election.Renewal { return s.renewals }
+func (s *session) Done() <-chan struct{}             { return s.done }
+
+func (s *session) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+func (s *session) end(err error) {
+	s.doneOnce.Do(func() {
+		s.errMu.Lock()
+		s.err = err
+		s.errMu.Unlock()
+		close(s.done)
+	})
+}
+
+// push delivers r, replacing an unread older outcome.
+func (s *session) push(r election.Renewal) {
+	for {
+		select {
+		case s.renewals <- r:
+			return
+		default:
+		}
+		select {
+		case <-s.renewals:
+		default:
+		}
+	}
+}
+
+func (s *session) expired(cause error) error {
+	err := fmt.Errorf("%w: etcd lease %x: %w", tenure.ErrSessionExpired, int64(s.id), cause)
+	s.end(err)
+	return err
+}
+
+// keepAlive renews the lease every RenewInterval; after a failed attempt it
+// retries four times as often, so a short outage costs little of the
+// deadline.
+func (s *session) keepAlive() {
+	defer close(s.loopDone)
+	every := s.opts.RenewInterval
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := s.opts.Now()
+		ctx, cancel := context.WithTimeout(s.ctx, every)
+		resp, err := s.cli.KeepAliveOnce(ctx, s.id)
+		cancel()
+		switch {
+		case s.ctx.Err() != nil:
+			return
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.expired(err)
+			return
+		case err != nil:
+			s.push(election.Renewal{Err: translate("keepalive", err)})
+			t.Reset(every / 4)
+			continue
+		}
+		s.push(election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second})
+		t.Reset(every)
+	}
+}
+
+// Close stops renewals and revokes the lease, deleting its entries.
+func (s *session) Close(ctx context.Context) error {
+	s.stop()
+	<-s.loopDone
+	defer s.end(tenure.ErrClosed)
+	if _, err := s.cli.Revoke(ctx, s.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return translate("revoke", err)
+	}
+	return nil
+}
+
+// lost explains why t's entry disappeared: its lease is gone (the session
+// expired or was revoked) or someone else deleted it.
+func (s *session) lost(ctx context.Context, t election.Ticket) error {
+	resp, err := s.cli.TimeToLive(ctx, s.id)
+	if err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return s.expired(fmt.Errorf("entry %s deleted with its lease", t.Name))
+	}
+	return fmt.Errorf("%w: etcd entry %s (revision %d) was deleted or replaced", tenure.ErrOwnershipLost, t.Name, t.Token)
+}

@@ -1,0 +1,156 @@
+// Package faultproxy is a TCP proxy on loopback that tests put between a
+// client and its server to blackhole or cut the link.
+package faultproxy
+
+import (
+	"net"
+	"sync"
+)
+
+// Proxy forwards connections from its loopback address to a target. Its
+// methods are safe for concurrent use.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu         sync.Mutex
+	blackholed bool
+	conns      map[net.Conn]struct{}
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// New listens on a free loopback port and forwards to target.
+func New(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Blackhole drops every byte in both directions, on open and new
+// connections alike, without closing anything: requests hang, as when
+// packets are lost.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	p.blackholed = true
+	p.mu.Unlock()
+}
+
+// Heal ends a blackhole. Connections that lost bytes are closed (their
+// streams are corrupt); clients reconnect.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	was := p.blackholed
+	p.blackholed = false
+	p.mu.Unlock()
+	if was {
+		p.Cut()
+	}
+}
+
+// Cut closes every open connection; new ones are accepted.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// Close stops the proxy, closes its connections and waits for its
+// goroutines.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.Cut()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) dropping() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.blackholed
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+func (p *Proxy) serve(c net.Conn) {
+	defer p.wg.Done()
+	var up net.Conn
+	for up == nil {
+		if p.dropping() { // a blackholed link does not even connect
+			if _, err := c.Read(make([]byte, 4096)); err != nil {
+				c.Close()
+				return
+			}
+			continue
+		}
+		var err error
+		if up, err = net.Dial("tcp", p.target); err != nil {
+			c.Close()
+			return
+		}
+	}
+	if !p.track(up) {
+		c.Close()
+		return
+	}
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); p.pump(up, c) }()
+	p.pump(c, up)
+}
+
+// pump copies src to dst, dropping bytes while blackholed, and closes both
+// at the end.
+func (p *Proxy) pump(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.dropping() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
