@@ -22,7 +22,11 @@ type Server struct {
 // Start runs an etcd member with its data in dir. The heartbeat is 10 ms and
 // the election timeout 100 ms, which brings the server's minimum lease TTL
 // down to 1 s (etcd's default settings make it 2 s).
-func Start(dir string) (*Server, error) {
+func Start(dir string) (*Server, error) { return StartTimed(dir, 10, 100) }
+
+// StartTimed is Start with the given heartbeat and election timeout in
+// milliseconds. etcd's defaults are 100 and 1000.
+func StartTimed(dir string, tickMs, electionMs uint) (*Server, error) {
 	cport, err := freePort()
 	if err != nil {
 		return nil, err
@@ -39,7 +43,7 @@ func Start(dir string) (*Server, error) {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.TickMs, cfg.ElectionMs = 10, 100
+	cfg.TickMs, cfg.ElectionMs = tickMs, electionMs
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/etcdelect"
+	"github.com/tenure-go/tenure/internal/etcdembed"
+)
+
+// TestBadInput_ClearOneLineErrorExit2: bad input gives one line on stderr
+// and exit 2, never a panic or a hang.
+func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
+	// A server with etcd's default timing refuses leases under 2 s.
+	dir := t.TempDir()
+	slow, err := etcdembed.StartTimed(dir, 100, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown backend", []string{"exec", "--backend", "consul", "--key", "k", "--", "true"}, "unknown backend"},
+		{"empty key", []string{"exec", "--endpoints", endpoint, "--", "true"}, "--key is required"},
+		{"control char in key", []string{"exec", "--endpoints", endpoint, "--key", "a\nb", "--", "true"}, "control character"},
+		{"sub-second ttl", []string{"exec", "--endpoints", endpoint, "--key", "k", "--ttl", "500ms", "--", "true"}, "whole seconds"},
+		{"fractional ttl", []string{"exec", "--endpoints", endpoint, "--key", "k", "--ttl", "1500ms", "--", "true"}, "whole seconds"},
+		{"ttl under the server's minimum", []string{"exec", "--endpoints", slow.Endpoint, "--key", "k", "--ttl", "1s", "--grace", "0s", "--", "true"}, "minimum lease TTL"},
+		{"grace too long for ttl", []string{"exec", "--endpoints", endpoint, "--key", "k", "--ttl", "2s", "--grace", "5s", "--", "true"}, "--grace"},
+		{"no command", []string{"exec", "--endpoints", endpoint, "--key", "k"}, "no command"},
+		{"bad endpoint", []string{"exec", "--endpoints", "localhost", "--key", "k", "--", "true"}, "not HOST:PORT"},
+		{"unreachable endpoint", []string{"exec", "--endpoints", "127.0.0.1:1", "--dial-timeout", "1s", "--key", "k", "--", "true"}, "cannot reach etcd"},
+		{"unknown flag", []string{"exec", "--bogus", "--key", "k", "--", "true"}, "flag provided but not defined"},
+		{"leader without key", []string{"leader", "--endpoints", endpoint}, "--key is required"},
+		{"leader unreachable", []string{"leader", "--endpoints", "127.0.0.1:1", "--dial-timeout", "1s", "--key", "k"}, "cannot reach etcd"},
+		{"bad env", []string{"exec", "--key", "k", "--", "true"}, "TENURE_TTL"},
+		{"unknown command", []string{"elect"}, "unknown command"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := tenureCmd(c.args...)
+			if c.name == "bad env" {
+				p.Env = append(p.Env, "TENURE_TTL=soon")
+			}
+			var stderr strings.Builder
+			p.Stderr = &stderr
+			done := make(chan error, 1)
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { done <- p.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = p.Process.Kill()
+				<-done
+				t.Fatal("hung")
+			}
+			if code := p.ProcessState.ExitCode(); code != exitUsage {
+				t.Fatalf("exit %d, want 2; stderr: %s", code, stderr.String())
+			}
+			msg := stderr.String()
+			if strings.Contains(msg, "panic") || strings.Contains(msg, "goroutine ") {
+				t.Fatalf("panicked: %s", msg)
+			}
+			if !strings.Contains(msg, c.want) {
+				t.Fatalf("stderr %q does not contain %q", msg, c.want)
+			}
+			if !strings.HasPrefix(msg, "tenure") {
+				t.Fatalf("stderr %q does not start with tenure", msg)
+			}
+		})
+	}
+}
+
+func TestLeader_PrintsHolderAndExits3WhenVacant(t *testing.T) {
+	key := testKey(t)
+	out, code := runCLI(t, "leader", "--endpoints", endpoint, "--key", key)
+	if code != exitVacant || strings.TrimSpace(out) != "vacant" {
+		t.Fatalf("vacant key: %q, exit %d; want vacant, 3", out, code)
+	}
+	cli := newClient(t, endpoint)
+	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "node-1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	term, err := e.Campaign(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code = runCLI(t, "leader", "--endpoints", endpoint, "--key", key)
+	if want := "node-1 term=" + itoa(term.Token); code != 0 || strings.TrimSpace(out) != want {
+		t.Fatalf("held key: %q, exit %d; want %q, 0", out, code, want)
+	}
+	t.Setenv("TENURE_ENDPOINTS", endpoint) // flags come from the environment too
+	out, code = runCLI(t, "leader", "--key", key, "--json")
+	var got leaderJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 {
+		t.Fatalf("--json: %q, exit %d, %v", out, code, err)
+	}
+	if got.Vacant || got.Identity != "node-1" || got.Term != term.Token || got.Key != key || got.Backend != "etcd" {
+		t.Fatalf("--json = %+v", got)
+	}
+}
+
+func TestLeader_WatchReportsChanges(t *testing.T) {
+	key := testKey(t)
+	p := tenureCmd("leader", "--endpoints", endpoint, "--key", key, "--watch")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stdout = w
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	defer r.Close()
+	lines := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		var acc string
+		for {
+			n, err := r.Read(buf)
+			acc += string(buf[:n])
+			for i := strings.IndexByte(acc, '\n'); i >= 0; i = strings.IndexByte(acc, '\n') {
+				lines <- acc[:i]
+				acc = acc[i+1:]
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	next := func() string {
+		select {
+		case l := <-lines:
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatal("no line from --watch")
+			return ""
+		}
+	}
+	if l := next(); l != "vacant" {
+		t.Fatalf("first line %q, want vacant", l)
+	}
+	cli := newClient(t, endpoint)
+	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "w1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	term, err := e.Campaign(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, want := next(), "w1 term="+itoa(term.Token); l != want {
+		t.Fatalf("line %q, want %q", l, want)
+	}
+	if err := e.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l := next(); l != "vacant" {
+		t.Fatalf("after resign %q, want vacant", l)
+	}
+	_ = p.Process.Signal(os.Interrupt)
+	if err := p.Wait(); err != nil {
+		t.Fatalf("--watch after SIGINT: %v", err)
+	}
+}
+
+func runCLI(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	p := tenureCmd(args...)
+	var stderr strings.Builder
+	p.Stderr = &stderr
+	out, _ := p.Output()
+	if stderr.Len() > 0 {
+		t.Logf("stderr: %s", stderr.String())
+	}
+	return string(out), p.ProcessState.ExitCode()
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

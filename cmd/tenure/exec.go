@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/etcdelect"
+)
+
+type execFlags struct {
+	common
+	ttl      time.Duration
+	identity string
+	noWait   bool
+	grace    time.Duration
+	verbose  bool
+}
+
+func cmdExec(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	var f execFlags
+	f.register(fs)
+	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL: how long a crashed holder keeps KEY (whole seconds on etcd)")
+	fs.StringVar(&f.identity, "identity", "", "identity shown to observers (default hostname-pid)")
+	fs.BoolVar(&f.noWait, "no-wait", false, "if KEY is held, exit 0 at once without running CMD (cron on N replicas)")
+	fs.DurationVar(&f.grace, "grace", time.Second, "time CMD gets between SIGTERM and SIGKILL when leadership is lost")
+	fs.BoolVar(&f.verbose, "verbose", false, "log the election's transitions to stderr")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: tenure exec --key KEY [flags] -- CMD [ARG...]
+
+Waits for KEY (first come, first served), runs CMD while holding it, and
+releases KEY the moment CMD exits; exits with CMD's status. CMD runs in its
+own process group with TENURE_TERM (the fencing token: pass it to whatever
+CMD writes to), TENURE_KEY, TENURE_IDENTITY and TENURE_BACKEND set.
+
+On SIGTERM or SIGINT, tenure sends SIGTERM to CMD, waits for it and
+releases KEY at once. If leadership is lost while CMD runs (the lease could
+not be renewed), CMD gets SIGTERM and, --grace later, SIGKILL, both before
+the server can expire the lease and elect another holder; tenure then
+exits 4. If tenure itself is killed, the kernel kills CMD.
+
+Examples:
+  tenure exec --key backup --endpoints 10.0.0.1:2379 -- ./backup.sh
+  tenure exec --key report --no-wait --ttl 30s -- ./report --date today
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	rest, err := parse(fs, args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil && len(rest) == 0 {
+		err = errors.New("no command given: tenure exec --key KEY -- CMD [ARG...]")
+	}
+	var cfg election.Config
+	if err == nil {
+		cfg, err = f.config()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
+		return exitUsage
+	}
+	log := zap.NewNop()
+	if f.verbose {
+		log = newStderrLogger(stderr)
+	}
+	return execRun(f, cfg, rest, log, stdout, stderr)
+}
+
+// config derives the elector's configuration. The lease deadline must leave
+// room for CMD to be stopped: SIGTERM at the deadline, SIGKILL grace later,
+// and both before the server can expire the lease. So the deadline margin
+// is grace plus a safety of TTL/10 (at least 100 ms).
+func (f *execFlags) config() (election.Config, error) {
+	if err := f.validate(); err != nil {
+		return election.Config{}, err
+	}
+	if err := etcdelect.New(nil).CheckTTL(f.ttl); err != nil {
+		return election.Config{}, err
+	}
+	if f.grace < 0 {
+		return election.Config{}, fmt.Errorf("--grace %v must not be negative", f.grace)
+	}
+	margin := f.grace + max(f.ttl/10, 100*time.Millisecond)
+	renew := min(f.ttl/3, (f.ttl-margin)/2)
+	if renew <= 0 {
+		return election.Config{}, fmt.Errorf("--grace %v leaves no room in --ttl %v: CMD must be stopped before the lease can expire; raise --ttl or lower --grace", f.grace, f.ttl)
+	}
+	cfg := election.Config{
+		Key: f.key, Identity: f.identity, TTL: f.ttl,
+		RenewInterval: renew, DeadlineMargin: margin,
+		StopTimeout: max(f.grace, time.Millisecond),
+	}.WithDefaults()
+	if cfg.StopTimeout >= cfg.DeadlineMargin {
+		cfg.StopTimeout = cfg.DeadlineMargin / 2
+	}
+	return cfg, cfg.Validate()
+}
+
+func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var caught atomic.Value // os.Signal
+	go func() { // a signal while waiting for KEY cancels the campaign
+		select {
+		case s := <-sigs:
+			caught.Store(s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	cli, err := f.connect(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
+		return exitUsage
+	}
+	defer cli.Close()
+	e, err := election.New(etcdelect.New(cli), cfg, election.WithLogger(log))
+	if err != nil {
+		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
+		return exitUsage
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
+		defer ccancel()
+		_ = e.Close(cctx)
+	}()
+
+	var term tenure.Term
+	if f.noWait {
+		term, err = e.TryCampaign(ctx)
+	} else {
+		term, err = e.Campaign(ctx)
+	}
+	switch {
+	case errors.Is(err, tenure.ErrLocked):
+		who := "another candidate"
+		if l, lerr := e.Leader(context.Background()); lerr == nil && !l.Vacant {
+			who = fmt.Sprintf("%s (term %d)", l.Term.Identity, l.Term.Token)
+		}
+		fmt.Fprintf(stderr, "tenure exec: %s is held by %s; not running %s (--no-wait)\n", f.key, who, argv[0])
+		return exitOK
+	case errors.Is(err, tenure.ErrInvalidConfig):
+		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
+		return exitUsage
+	case err != nil && caught.Load() != nil:
+		s := caught.Load().(os.Signal)
+		fmt.Fprintf(stderr, "tenure exec: %v while waiting for %s; not running %s\n", s, f.key, argv[0])
+		return 128 + int(s.(syscall.Signal))
+	case err != nil:
+		fmt.Fprintf(stderr, "tenure exec: campaign for %s failed: %s\n", f.key, oneLine(err))
+		return exitFailure
+	}
+	cancel() // stop the campaign's signal watcher; signals now go to CMD
+	return supervise(e, f, term, argv, sigs, stdout, stderr)
+}
+
+// supervise runs CMD while e leads and returns tenure's exit status.
+func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(),
+		"TENURE_TERM="+strconv.FormatUint(term.Token, 10),
+		"TENURE_KEY="+term.Key,
+		"TENURE_IDENTITY="+term.Identity,
+		"TENURE_BACKEND="+term.Backend,
+	)
+	// Own process group, so a signal reaches CMD's children too; the kernel
+	// kills CMD if tenure dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	release := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.Config().CleanupTimeout)
+		defer cancel()
+		if err := e.Resign(ctx); err != nil {
+			fmt.Fprintf(stderr, "tenure exec: releasing %s failed (it expires with the session): %s\n", f.key, oneLine(err))
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		release()
+		fmt.Fprintf(stderr, "tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
+		return 127
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, s) }
+
+	lost := e.Done()
+	var kill <-chan time.Time
+	lostLead := false
+	for {
+		select {
+		case err := <-waited:
+			if lostLead {
+				fmt.Fprintf(stderr, "tenure exec: %s stopped after leadership of %s was lost\n", argv[0], term)
+				return exitLostLead
+			}
+			release()
+			return exitStatus(err)
+		case s := <-sigs:
+			signalGroup(syscall.SIGTERM)
+			fmt.Fprintf(stderr, "tenure exec: %v: sent SIGTERM to %s\n", s, argv[0])
+		case <-lost:
+			lost = nil
+			lostLead = true
+			reason := e.Err()
+			if errors.Is(reason, tenure.ErrLeaseExpired) && f.grace > 0 {
+				// The server cannot have expired the lease yet: SIGTERM now,
+				// SIGKILL after grace, both inside the margin.
+				signalGroup(syscall.SIGTERM)
+				kill = time.After(f.grace)
+			} else {
+				// The lease or the key is already gone: another holder may
+				// be running. Stop at once.
+				signalGroup(syscall.SIGKILL)
+			}
+			fmt.Fprintf(stderr, "tenure exec: lost leadership of %s: %s; stopping %s\n", term, oneLine(reason), argv[0])
+		case <-kill:
+			kill = nil
+			signalGroup(syscall.SIGKILL)
+		}
+	}
+}
+
+// exitStatus maps CMD's end to tenure's exit status: its code, or 128+signal.
+func exitStatus(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return exitFailure
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/etcdelect"
+	"github.com/tenure-go/tenure/internal/faultproxy"
+)
+
+// TestExec_ThreeNeverOverlapTermsGrow: three execs on one key run their
+// commands one after another, each under a larger TENURE_TERM.
+func TestExec_ThreeNeverOverlapTermsGrow(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	log := path(dir, "log")
+	script := `echo "start $TENURE_TERM $(date +%s%N) $TENURE_KEY $TENURE_BACKEND" >> ` + log +
+		`; sleep 0.3; echo "end $TENURE_TERM $(date +%s%N)" >> ` + log
+	var ps []*proc
+	for range 3 {
+		ps = append(ps, start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "2s", "--", "sh", "-c", script))
+	}
+	for _, p := range ps {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d; stderr: %s", code, p.stderr)
+		}
+	}
+	f, err := os.Open(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines [][]string
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		lines = append(lines, strings.Fields(sc.Text()))
+	}
+	if len(lines) != 6 {
+		t.Fatalf("log has %d lines, want 6: %v", len(lines), lines)
+	}
+	var lastTerm uint64
+	var lastEnd int64
+	for i := 0; i < 6; i += 2 {
+		s, e := lines[i], lines[i+1]
+		if s[0] != "start" || e[0] != "end" || s[1] != e[1] {
+			t.Fatalf("runs overlap: %v then %v", s, e)
+		}
+		if s[3] != key || s[4] != "etcd" {
+			t.Fatalf("TENURE_KEY/TENURE_BACKEND = %s/%s", s[3], s[4])
+		}
+		term, _ := strconv.ParseUint(s[1], 10, 64)
+		st, _ := strconv.ParseInt(s[2], 10, 64)
+		en, _ := strconv.ParseInt(e[2], 10, 64)
+		if term <= lastTerm {
+			t.Fatalf("TENURE_TERM %d after %d: terms must grow", term, lastTerm)
+		}
+		if st < lastEnd {
+			t.Fatalf("run with term %d started before the previous one ended", term)
+		}
+		lastTerm, lastEnd = term, en
+	}
+}
+
+func TestExec_NoWaitSkipsWhenHeld(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	cli := newClient(t, endpoint)
+	holder, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "holder", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	if _, err := holder.Campaign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	marker := path(dir, "ran")
+	p := start(t, "exec", "--endpoints", endpoint, "--key", key, "--no-wait", "--", "touch", marker)
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("--no-wait on a held key exited %d, want 0; stderr: %s", code, p.stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("--no-wait ran the command although the key was held")
+	}
+	if !strings.Contains(p.stderr.String(), "held by holder") {
+		t.Fatalf("stderr %q does not say who holds the key", p.stderr)
+	}
+	// Nothing left behind: only the holder's entry remains.
+	waitQueued(t, cli, key, 1)
+	if err := holder.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p = start(t, "exec", "--endpoints", endpoint, "--key", key, "--no-wait", "--", "touch", marker)
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("--no-wait on a free key exited %d; stderr: %s", code, p.stderr)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("--no-wait did not run the command on a free key")
+	}
+}
+
+// TestExec_SIGTERMHandsOverFast: SIGTERM reaches the command, and the next
+// waiter starts long before the 10 s TTL could have expired.
+func TestExec_SIGTERMHandsOverFast(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	cli := newClient(t, endpoint)
+	a := start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "10s", "--",
+		"sh", "-c", `trap 'echo term > `+path(dir, "a-term")+`; exit 0' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do sleep 0.01; done`)
+	pidIn(t, path(dir, "a-pid"))
+	b := start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "10s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))
+	waitQueued(t, cli, key, 2)
+	sent := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 9*time.Second))
+	took := bStart.Sub(sent)
+	t.Logf("SIGTERM to the holder → next command started in %v (TTL 10s)", took)
+	if took > 5*time.Second {
+		t.Fatalf("handover took %v: the lease was not released on SIGTERM", took)
+	}
+	if code := a.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("holder exited %d, want the command's 0; stderr: %s", code, a.stderr)
+	}
+	if waitFile(t, path(dir, "a-term"), time.Second) != "term" {
+		t.Fatal("the command did not receive SIGTERM")
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("waiter exited %d; stderr: %s", code, b.stderr)
+	}
+}
+
+// TestExec_KilledHolderReplacedWithinTTL: SIGKILL on tenure kills its
+// command too (the kernel's parent-death signal), and the lease left behind
+// expires: the next waiter runs within TTL plus etcd's 0.5 s expiry check
+// and a handoff.
+func TestExec_KilledHolderReplacedWithinTTL(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	cli := newClient(t, endpoint)
+	a := start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "2s", "--",
+		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; exec sleep 60`)
+	cmdPid := pidIn(t, path(dir, "a-pid"))
+	start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "2s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))
+	waitQueued(t, cli, key, 2)
+	killed := time.Now()
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
+	took := bStart.Sub(killed)
+	t.Logf("holder SIGKILLed → next command started in %v (TTL 2s)", took)
+	if bound := 2*time.Second + 700*time.Millisecond; took > bound {
+		t.Fatalf("failover took %v, above TTL + 0.7 s = %v", took, bound)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for alive(cmdPid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(cmdPid, syscall.SIGKILL)
+			t.Fatal("the killed holder's command is still running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestExec_CutOffHolderStopsCommandBeforeSuccessor: a holder cut off from
+// etcd SIGTERMs its command at the lease deadline and SIGKILLs it (here it
+// ignores SIGTERM) --grace later, before the server expires the lease and the
+// next waiter starts; tenure then exits 4.
+func TestExec_CutOffHolderStopsCommandBeforeSuccessor(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	cli := newClient(t, endpoint)
+	proxy, err := faultproxy.New(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	alive := path(dir, "a-alive")
+	a := start(t, "exec", "--endpoints", proxy.Addr(), "--key", key, "--ttl", "3s", "--grace", "300ms", "--",
+		"sh", "-c", `trap '' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`)
+	pidIn(t, path(dir, "a-pid"))
+	b := start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "3s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))
+	waitQueued(t, cli, key, 2)
+	cut := time.Now()
+	proxy.Blackhole()
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
+	if code := a.wait(t, 5*time.Second); code != exitLostLead {
+		t.Fatalf("cut-off holder exited %d, want %d; stderr: %s", code, exitLostLead, a.stderr)
+	}
+	lastAlive := nanos(t, waitFile(t, alive, time.Second))
+	t.Logf("cut off: command's last sign of life %v after the cut, successor started %v after (%v later)",
+		lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
+	if !lastAlive.Before(bStart) {
+		t.Fatalf("the cut-off holder's command was alive %v after the successor started", lastAlive.Sub(bStart))
+	}
+	if !strings.Contains(a.stderr.String(), "lost leadership") {
+		t.Fatalf("stderr %q does not say leadership was lost", a.stderr)
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
+}
+
+func TestExec_ExitsWithCommandStatus(t *testing.T) {
+	key := testKey(t)
+	p := start(t, "exec", "--endpoints", endpoint, "--key", key, "--", "sh", "-c", "exit 7")
+	if code := p.wait(t, 15*time.Second); code != 7 {
+		t.Fatalf("exit %d, want the command's 7; stderr: %s", code, p.stderr)
+	}
+	p = start(t, "exec", "--endpoints", endpoint, "--key", key, "--", "/nonexistent/cmd")
+	if code := p.wait(t, 15*time.Second); code != 127 {
+		t.Fatalf("exit %d for a missing command, want 127; stderr: %s", code, p.stderr)
+	}
+	// Neither run left an entry behind.
+	waitQueued(t, newClient(t, endpoint), key, 0)
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/etcdelect"
+)
+
+// common holds the flags every backend-facing subcommand takes.
+type common struct {
+	backend     string
+	endpoints   string
+	key         string
+	dialTimeout time.Duration
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.backend, "backend", "etcd", "backend: etcd")
+	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated HOST:PORT list of the backend's servers")
+	fs.StringVar(&c.key, "key", "", "election key (required)")
+	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try to reach the backend before giving up")
+}
+
+// parse parses args, taking defaults from TENURE_<FLAG> environment
+// variables first. It returns the arguments after the flags.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+			f.DefValue = v
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	// Errors are reported by the caller on one line; help goes to stderr.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	fs.Usage = usage
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return nil, fmt.Errorf("%w (see tenure %s --help)", err, fs.Name())
+	}
+	return fs.Args(), err
+}
+
+func (c *common) validate() error {
+	if c.backend != "etcd" {
+		return fmt.Errorf("unknown backend %q (supported: etcd)", c.backend)
+	}
+	if c.key == "" {
+		return errors.New("--key is required and must not be empty")
+	}
+	if err := etcdelect.New(nil).CheckKey(c.key); err != nil {
+		return err
+	}
+	if _, err := c.endpointList(); err != nil {
+		return err
+	}
+	if c.dialTimeout <= 0 {
+		return fmt.Errorf("--dial-timeout %v must be positive", c.dialTimeout)
+	}
+	return nil
+}
+
+func (c *common) endpointList() ([]string, error) {
+	var eps []string
+	for _, ep := range strings.Split(c.endpoints, ",") {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")); err != nil || port == "" {
+			return nil, fmt.Errorf("endpoint %q is not HOST:PORT", ep)
+		}
+		eps = append(eps, ep)
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("--endpoints is empty")
+	}
+	return eps, nil
+}
+
+// connect opens an etcd client and checks that at least one endpoint
+// answers within the dial timeout, so that an unreachable backend is an
+// error and not a hang.
+func (c *common) connect(ctx context.Context) (*clientv3.Client, error) {
+	eps, err := c.endpointList()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: c.dialTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcd %s: %w", tenure.ErrUnavailable, c.endpoints, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
+	defer cancel()
+	var errs []error
+	for _, ep := range eps {
+		if _, err := cli.Status(pctx, ep); err == nil {
+			return cli, nil
+		} else {
+			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+		}
+	}
+	cli.Close()
+	return nil, fmt.Errorf("%w: cannot reach etcd within %v: %w", tenure.ErrUnavailable, c.dialTimeout, errors.Join(errs...))
+}
+
+// oneLine flattens an error for a one-line message.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

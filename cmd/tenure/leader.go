@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/etcdelect"
+)
+
+type leaderJSON struct {
+	Key      string `json:"key"`
+	Vacant   bool   `json:"vacant"`
+	Identity string `json:"identity,omitempty"`
+	Term     uint64 `json:"term,omitempty"`
+	Backend  string `json:"backend"`
+}
+
+func cmdLeader(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("leader", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	watch := fs.Bool("watch", false, "print every change of leader until interrupted")
+	asJSON := fs.Bool("json", false, "print JSON objects, one a line")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: tenure leader --key KEY [--endpoints HOST:PORT,...] [--watch] [--json]
+
+Prints the holder of KEY as "IDENTITY term=N" (or "vacant"), and exits 3
+when KEY is vacant. Examples:
+  tenure leader --key report
+  TENURE_ENDPOINTS=10.0.0.1:2379 tenure leader --key report --watch --json
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	rest, err := parse(fs, args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("unexpected arguments %q", rest)
+	}
+	if err == nil {
+		err = c.validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cli, err := c.connect(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
+		return exitUsage
+	}
+	defer cli.Close()
+	b := etcdelect.New(cli)
+	print := func(l tenure.Leader) {
+		if *asJSON {
+			out, _ := json.Marshal(leaderJSON{Key: c.key, Vacant: l.Vacant, Identity: l.Term.Identity, Term: l.Term.Token, Backend: b.Name()})
+			fmt.Fprintln(stdout, string(out))
+			return
+		}
+		if l.Vacant {
+			fmt.Fprintln(stdout, "vacant")
+			return
+		}
+		fmt.Fprintf(stdout, "%s term=%d\n", l.Term.Identity, l.Term.Token)
+	}
+	if *watch {
+		var last *tenure.Leader
+		err := b.Observe(ctx, c.key, func(l tenure.Leader) {
+			if last != nil && last.Vacant == l.Vacant && last.Term.Token == l.Term.Token {
+				return // the backend may report the same leader twice
+			}
+			last = &l
+			print(l)
+		})
+		if ctx.Err() != nil {
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
+		return exitFailure
+	}
+	l, err := b.Leader(ctx, c.key)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
+		return exitFailure
+	}
+	print(l)
+	if l.Vacant {
+		return exitVacant
+	}
+	return exitOK
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure/internal/etcdembed"
+)
+
+var endpoint string
+
+// TestMain runs the test binary as the tenure CLI when TENURE_TEST_AS_CLI is
+// set, so the tests start real tenure processes without building one.
+func TestMain(m *testing.M) {
+	if os.Getenv("TENURE_TEST_AS_CLI") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	dir, err := os.MkdirTemp("", "tenure-cli-")
+	if err != nil {
+		panic(err)
+	}
+	srv, err := etcdembed.Start(dir)
+	if err != nil {
+		panic(err)
+	}
+	endpoint = srv.Endpoint
+	code := m.Run()
+	srv.Close()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var keySeq atomic.Int64
+
+func testKey(t *testing.T) string {
+	return fmt.Sprintf("cli-test/%s/%d", t.Name(), keySeq.Add(1))
+}
+
+// tenureCmd returns an unstarted tenure process.
+func tenureCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "TENURE_TEST_AS_CLI=1")
+	return cmd
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{}
+	code   int
+}
+
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: tenureCmd(args...), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.done)
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func (p *proc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(d):
+		t.Fatalf("tenure %v did not exit within %v; stderr: %s", p.cmd.Args[1:], d, p.stderr)
+		return -1
+	}
+}
+
+func newClient(t *testing.T, ep string) *clientv3.Client {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// waitQueued waits until key has n entries.
+func waitQueued(t *testing.T, cli *clientv3.Client, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := cli.Get(context.Background(), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && int(r.Count) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s never had %d entries", key, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitFile waits until path exists with content and returns it.
+func waitFile(t *testing.T, path string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if b, err := os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			return strings.TrimSpace(string(b))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not written within %v", path, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func nanos(t *testing.T, s string) time.Time {
+	t.Helper()
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		t.Fatalf("bad timestamp %q: %v", s, err)
+	}
+	return time.Unix(0, n)
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func pidIn(t *testing.T, path string) int {
+	pid, err := strconv.Atoi(waitFile(t, path, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func dirT(t *testing.T) string { return t.TempDir() }
+
+func path(dir, name string) string { return filepath.Join(dir, name) }
