@@ -120,7 +120,7 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var caught atomic.Value // os.Signal
-	go func() { // a signal while waiting for KEY cancels the campaign
+	go func() {             // a signal while waiting for KEY cancels the campaign
 		select {
 		case s := <-sigs:
 			caught.Store(s)
