@@ -65,9 +65,11 @@ func (l *lease) Suspended() bool {
 	return l.suspended && l.ctx.Err() == nil
 }
 
-// Valid reports whether the lease is live and its deadline is ahead.
+// Valid reports whether the lease is live and its deadline is ahead. It
+// also reads the session's own state, which may end before the monitor has
+// noticed.
 func (l *lease) Valid() bool {
-	return l.ctx.Err() == nil && l.clock.Now().Before(l.Deadline())
+	return l.ctx.Err() == nil && l.sess.Err() == nil && l.clock.Now().Before(l.Deadline())
 }
 
 // stop ends the lease (cause tenure.ErrClosed unless it already ended),

@@ -1,0 +1,15 @@
+# tenure: the two commands of the README, and the benchmark.
+
+.PHONY: test demo bench
+
+# The whole test suite; fetches what it needs.
+test:
+	./scripts/test.sh
+
+# Three candidates on an embedded etcd: resign, kill and cut-off failovers.
+demo:
+	go run ./cmd/tenure demo
+
+# Handoff latency, tenure against raw concurrency.Election, same server, same run.
+bench:
+	go test -count=1 -run '^$$' -bench BenchmarkHandoff -benchtime 300x -timeout 30m ./test/
