@@ -112,10 +112,17 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	}
 	old := e.lease
 	e.lease = nil
-	e.mu.Unlock()
 	if old != nil {
-		old.stop()
+		// Closing a lost session may take up to CleanupTimeout (a revoke on
+		// a dead link); do not make the next campaign wait for it. Close
+		// waits for it.
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			old.stop()
+		}()
 	}
+	e.mu.Unlock()
 	sess, err := e.b.OpenSession(ctx, SessionOptions{TTL: e.cfg.TTL, RenewInterval: e.cfg.RenewInterval, Now: e.clock.Now})
 	if err != nil {
 		return nil, e.ctxErr(ctx, err)
