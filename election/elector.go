@@ -52,7 +52,7 @@ type Elector struct {
 	pending      *Ticket // the entry of the campaign in progress
 	pendingLease *lease
 	closed       bool
-	wg           sync.WaitGroup // Observe goroutines
+	wg           sync.WaitGroup // Observe goroutines and closings of lost sessions
 
 	ctx       context.Context // ends at Close
 	cancelAll context.CancelFunc
