@@ -153,12 +153,16 @@ func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, o
 		pause(ctx)
 		return err
 	}
-	g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithCountOnly())
+	// The predecessor's name is "<key>/<its lease>", reused by every
+	// campaign of its session: compare the create revision, not the name,
+	// or a predecessor that resigned and re-queued (behind us) before the
+	// watch existed is mistaken for the one we wait for, and we wait forever.
+	g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithKeysOnly())
 	if err != nil {
 		pause(ctx)
 		return err
 	}
-	if g.Count == 0 {
+	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
 		return nil
 	}
 	for {
@@ -171,7 +175,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, o
 				return errors.New("predecessor watch failed")
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
+				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != pred.CreateRevision {
 					return nil
 				}
 			}
@@ -195,8 +199,8 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 	for {
 		wch := s.cli.Watch(wctx, t.Name, clientv3.WithCreatedNotify())
 		if err := awaitCreated(ctx, wch); err == nil {
-			own, _, _, err := s.read(ctx, t, false)
-			if err == nil && own == nil {
+			g, err := s.cli.Get(ctx, t.Name, clientv3.WithKeysOnly())
+			if err == nil && (len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token) {
 				return s.lost(ctx, t)
 			}
 			if err == nil {

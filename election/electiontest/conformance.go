@@ -71,6 +71,7 @@ func Run(t *testing.T, h Harness) {
 		{"CampaignResignLeader", testCampaignResignLeader},
 		{"NeverTwoLeadersTermsGrowFIFO", testNeverTwoLeaders},
 		{"ArrivalOrder", testArrivalOrder},
+		{"RapidRequeueNeverStalls", testRapidRequeue},
 		{"CancelWhileWaitingRemovesEntry", testCancelWhileWaiting},
 		{"SessionExpiryWhileWaiting", testSessionExpiryWhileWaiting},
 		{"TryCampaign", testTryCampaign},
@@ -681,4 +682,51 @@ func testCloseReleases(t *testing.T, h Harness) {
 		t.Fatalf("Campaign after Close = %v, want ErrClosed", err)
 	}
 	mustVacant(t, h, key)
+}
+
+// testRapidRequeue: two candidates hand the key back and forth, each
+// re-queueing the moment it resigns. A waiter must never mistake its
+// predecessor's new entry (same session, often the same backend name) for
+// the one it waits for: no handoff may stall.
+func testRapidRequeue(t *testing.T, h Harness) {
+	key := Key(t)
+	const handoffs = 300
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var count atomic.Int64
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	var wg sync.WaitGroup
+	for i := range 2 {
+		e, _ := h.NewElector(t, key, fmt.Sprintf("c%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, err := e.Campaign(ctx); err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("Campaign: %v", err)
+					}
+					return
+				}
+				last.Store(time.Now().UnixNano())
+				if count.Add(1) >= handoffs {
+					cancel()
+				}
+				if err := e.Resign(context.Background()); err != nil {
+					t.Errorf("Resign: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	for ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+		if stall := time.Since(time.Unix(0, last.Load())); stall > h.TTL {
+			cancel()
+			wg.Wait()
+			t.Fatalf("no handoff for %v after %d handoffs: a waiter is stuck", stall, count.Load())
+		}
+	}
+	wg.Wait()
 }
