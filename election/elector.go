@@ -191,6 +191,13 @@ func (e *Elector) campaign(ctx context.Context, wait bool) (tenure.Term, error) 
 	defer stopAfter()
 
 	t, err := l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
+	if err == nil && t.Token <= e.lastToken() {
+		// An entry an earlier term of this session left behind (its
+		// resignation failed): a new term must get a new, larger token.
+		if err = l.sess.Dequeue(waitCtx, t); err == nil {
+			t, err = l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
+		}
+	}
 	if err != nil {
 		return tenure.Term{}, e.campaignErr(ctx, l, err)
 	}
@@ -302,6 +309,16 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term) {
 	e.mu.Lock()
 	e.lead = ld
 	e.mu.Unlock()
+}
+
+// lastToken returns the token of the latest term this elector held, or 0.
+func (e *Elector) lastToken() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lead == nil {
+		return 0
+	}
+	return e.lead.term.Token
 }
 
 // currentTerm returns the term this elector holds, if it still holds one.

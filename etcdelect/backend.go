@@ -131,20 +131,27 @@ func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Lead
 // awaitCreated waits for a watch's creation to be acknowledged: from then
 // on, every change after the server's current revision is delivered.
 func awaitCreated(ctx context.Context, wch clientv3.WatchChan) error {
+	_, err := awaitCreatedRev(ctx, wch)
+	return err
+}
+
+// awaitCreatedRev is awaitCreated that also returns the store's revision
+// when the watch was created: changes after it are delivered.
+func awaitCreatedRev(ctx context.Context, wch clientv3.WatchChan) (int64, error) {
 	select {
 	case wr, ok := <-wch:
 		if !ok {
-			return watchClosed(ctx)
+			return 0, watchClosed(ctx)
 		}
 		if err := wr.Err(); err != nil {
-			return translate("watch", err)
+			return 0, translate("watch", err)
 		}
 		if !wr.Created {
-			return fmt.Errorf("%w: etcd watch: first response was not its creation", tenure.ErrUnavailable)
+			return 0, fmt.Errorf("%w: etcd watch: first response was not its creation", tenure.ErrUnavailable)
 		}
-		return nil
+		return wr.Header.Revision, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 }
 

@@ -13,18 +13,28 @@ import (
 )
 
 // Enqueue puts "<key>/<lease hex>" with the identity under the session's
-// lease unless the session already has that entry. When the outcome is
-// unknown (the reply was lost), it deletes the entry on a fresh context.
+// lease unless the session already has that entry. The transaction is
+// idempotent, so transient failures are retried until ctx ends (the elector
+// ends it when the session can no longer be trusted). When it gives up with
+// the outcome unknown, it deletes the entry on a fresh context.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
 	name := entryName(key, s.id)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
-		Then(clientv3.OpPut(name, identity, clientv3.WithLease(s.id))).
-		Else(clientv3.OpGet(name)).
-		Commit()
-	if err != nil {
-		s.deleteOwn(ctx, name)
-		return election.Ticket{}, translate("enqueue", err)
+	var resp *clientv3.TxnResponse
+	for {
+		var err error
+		resp, err = s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
+			Then(clientv3.OpPut(name, identity, clientv3.WithLease(s.id))).
+			Else(clientv3.OpGet(name)).
+			Commit()
+		if err == nil {
+			break
+		}
+		err = translate("enqueue", err)
+		if !errors.Is(err, tenure.ErrUnavailable) || !pause(ctx) {
+			s.deleteOwn(ctx, name)
+			return election.Ticket{}, err
+		}
 	}
 	t := election.Ticket{Key: key, Identity: identity, Name: name, Token: uint64(resp.Header.Revision)}
 	if !resp.Succeeded {
@@ -51,7 +61,7 @@ func (s *session) deleteOwn(ctx context.Context, name string) {
 // entry older than it (nil when t is first), in one consistent read. With
 // all, it lists the names of every older entry instead, and ahead counts
 // them (etcd's Count ignores create-revision filters, so they are listed).
-func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, pred *mvccpb.KeyValue, ahead int, err error) {
+func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, pred *mvccpb.KeyValue, ahead int, rev int64, err error) {
 	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(int64(t.Token)-1))
 	if all {
 		before = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1), clientv3.WithKeysOnly()}
@@ -61,7 +71,7 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, p
 		clientv3.OpGet(prefix(t.Key), before...),
 	).Commit()
 	if err != nil {
-		return nil, nil, 0, translate("read queue", err)
+		return nil, nil, 0, 0, translate("read queue", err)
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && uint64(kvs[0].CreateRevision) == t.Token {
 		own = kvs[0]
@@ -70,12 +80,12 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, p
 	if len(r.Kvs) > 0 {
 		pred = r.Kvs[0]
 	}
-	return own, pred, len(r.Kvs), nil
+	return own, pred, len(r.Kvs), resp.Header.Revision, nil
 }
 
 // Ahead counts the entries older than t.
 func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
-	own, _, n, err := s.read(ctx, t, true)
+	own, _, n, _, err := s.read(ctx, t, true)
 	if err != nil {
 		return 0, err
 	}
@@ -96,22 +106,30 @@ const retryPause = 50 * time.Millisecond
 func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	var ow *ownWatch
+	defer func() {
+		if ow != nil {
+			ow.cancel()
+		}
+	}()
 	var ownCh clientv3.WatchChan
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if ownCh == nil {
-			ownCh = s.cli.Watch(wctx, t.Name, clientv3.WithCreatedNotify())
+		if ow == nil {
+			ow = s.watchOwn(t)
+			ownCh = ow.ch
 			if err := awaitCreated(ctx, ownCh); err != nil {
-				ownCh = nil
+				ow.cancel()
+				ow = nil
 				if !pause(ctx) {
 					return ctx.Err()
 				}
 				continue
 			}
 		}
-		own, pred, _, err := s.read(ctx, t, false)
+		own, pred, _, rev, err := s.read(ctx, t, false)
 		if err != nil {
 			if !pause(ctx) {
 				return ctx.Err()
@@ -122,13 +140,19 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
 			return s.lost(ctx, t)
 		}
 		if pred == nil {
-			return nil // first in the queue, and the same read shows our own entry
+			// First in the queue, and the same read shows our own entry.
+			// Hand the own-entry watch, created before that read, to
+			// WatchLoss: the new leader need not watch and read again.
+			s.handOver(ow)
+			ow = nil
+			return nil
 		}
-		switch err := s.waitDelete(wctx, ctx, pred, ownCh); {
+		switch err := s.waitDelete(wctx, ctx, pred, rev, ownCh); {
 		case errors.Is(err, errOwnGone):
 			return s.lost(ctx, t)
 		case errors.Is(err, errOwnWatch):
-			ownCh = nil
+			ow.cancel()
+			ow = nil
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
 		}
@@ -145,25 +169,31 @@ var (
 // the watch exists, so a delete in between is not missed. It returns nil
 // when pred is gone or on a transient failure (the caller re-reads),
 // errOwnGone when our own entry was deleted.
-func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, ownCh clientv3.WatchChan) error {
+func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, readRev int64, ownCh clientv3.WatchChan) error {
 	pctx, cancel := context.WithCancel(wctx)
 	defer cancel()
 	pch := s.cli.Watch(pctx, string(pred.Key), clientv3.WithCreatedNotify())
-	if err := awaitCreated(ctx, pch); err != nil {
-		pause(ctx)
-		return err
-	}
-	// The predecessor's name is "<key>/<its lease>", reused by every
-	// campaign of its session: compare the create revision, not the name,
-	// or a predecessor that resigned and re-queued (behind us) before the
-	// watch existed is mistaken for the one we wait for, and we wait forever.
-	g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithKeysOnly())
+	createdRev, err := awaitCreatedRev(ctx, pch)
 	if err != nil {
 		pause(ctx)
 		return err
 	}
-	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
-		return nil
+	// When nothing was written between the read and the watch's creation,
+	// the predecessor still exists and every change to it is delivered.
+	// Otherwise, re-read it. Its name is "<key>/<its lease>", reused by
+	// every campaign of its session: compare the create revision, not the
+	// name, or a predecessor that resigned and re-queued (behind us) before
+	// the watch existed is mistaken for the one we wait for, and we wait
+	// forever.
+	if createdRev > readRev {
+		g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithKeysOnly())
+		if err != nil {
+			pause(ctx)
+			return err
+		}
+		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
+			return nil
+		}
 	}
 	for {
 		select {
@@ -194,6 +224,18 @@ func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, o
 
 // WatchLoss waits until t's entry is deleted or replaced.
 func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
+	if w := s.takeOver(t); w != nil {
+		// WaitHead's last read, made after this watch existed, showed the
+		// entry: every later change is in the channel.
+		err := awaitLoss(ctx, w.ch, t)
+		w.cancel()
+		if err != nil {
+			return s.lost(ctx, t)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for {
@@ -238,8 +280,52 @@ func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket) e
 	}
 }
 
+// ownWatch is a watch on a candidate's own entry. It lives with the
+// session, not with the call that made it, so that WaitHead can hand it to
+// WatchLoss.
+type ownWatch struct {
+	name   string
+	token  uint64
+	ch     clientv3.WatchChan
+	cancel context.CancelFunc
+}
+
+func (s *session) watchOwn(t election.Ticket) *ownWatch {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+	return &ownWatch{name: t.Name, token: t.Token, ch: s.cli.Watch(ctx, t.Name, clientv3.WithCreatedNotify()), cancel: cancel}
+}
+
+// handOver parks w for the WatchLoss of the same ticket, replacing (and
+// cancelling) any watch parked before.
+func (s *session) handOver(w *ownWatch) {
+	s.ownMu.Lock()
+	old := s.parked
+	s.parked = w
+	s.ownMu.Unlock()
+	if old != nil {
+		old.cancel()
+	}
+}
+
+// takeOver returns the watch parked for t, if any; a watch parked for
+// another ticket is cancelled.
+func (s *session) takeOver(t election.Ticket) *ownWatch {
+	s.ownMu.Lock()
+	w := s.parked
+	s.parked = nil
+	s.ownMu.Unlock()
+	if w != nil && (w.name != t.Name || w.token != t.Token) {
+		w.cancel()
+		return nil
+	}
+	return w
+}
+
 // Dequeue deletes t's entry if its create revision is still t's.
 func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
+	if w := s.takeOver(t); w != nil {
+		w.cancel() // the entry goes; nobody will watch it
+	}
 	_, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.Name), "=", int64(t.Token))).
 		Then(clientv3.OpDelete(t.Name)).

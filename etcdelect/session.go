@@ -60,6 +60,9 @@ type session struct {
 
 	renewals chan election.Renewal
 
+	ownMu  sync.Mutex
+	parked *ownWatch // handed from WaitHead to WatchLoss
+
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
 	loopDone chan struct{}

@@ -75,6 +75,7 @@ func Run(t *testing.T, h Harness) {
 		{"CancelWhileWaitingRemovesEntry", testCancelWhileWaiting},
 		{"SessionExpiryWhileWaiting", testSessionExpiryWhileWaiting},
 		{"TryCampaign", testTryCampaign},
+		{"FailedResignNeverReusesTerm", testFailedResignNewTerm},
 		{"CrashFailoverWithinTTL", testCrashFailover},
 		{"CutOffLeaderDemotesBeforeSuccessor", testCutOffDemotesFirst},
 		{"RunStopsWorkThenResigns", testRunStops},
@@ -729,4 +730,38 @@ func testRapidRequeue(t *testing.T, h Harness) {
 		}
 	}
 	wg.Wait()
+}
+
+// testFailedResignNewTerm: when a resignation fails (the link is down), the
+// entry stays; the next campaign must still get a new, larger term, never
+// the old term's token again.
+func testFailedResignNewTerm(t *testing.T, h Harness) {
+	key := Key(t)
+	e, b := h.NewElector(t, key, "a")
+	first, err := e.Campaign(ctxT(t, 5*h.TTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heal := h.CutOff(t, b)
+	rctx, cancel := context.WithTimeout(context.Background(), h.TTL/10)
+	err = e.Resign(rctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Resign succeeded while cut off")
+	}
+	if e.IsLeader() {
+		t.Fatal("still IsLeader after a failed Resign")
+	}
+	heal()
+	second, err := e.Campaign(ctxT(t, 5*h.TTL))
+	if err != nil {
+		t.Fatalf("Campaign after a failed Resign: %v", err)
+	}
+	if second.Token <= first.Token {
+		t.Fatalf("new term %d after term %d: a term's token was reused", second.Token, first.Token)
+	}
+	if err := e.Resign(ctxT(t, h.TTL)); err != nil {
+		t.Fatal(err)
+	}
+	mustVacant(t, h, key)
 }
