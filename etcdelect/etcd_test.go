@@ -71,6 +71,7 @@ func newHarness(t *testing.T) electiontest.Harness {
 		// etcd's lessor looks for expired leases every 500 ms; then one
 		// watch delivery and one read.
 		FailoverSlack: 700 * time.Millisecond,
+		Arrivals:      50,
 		NewBackend: func(t testing.TB) election.Backend {
 			p, err := faultproxy.New(endpoint)
 			if err != nil {

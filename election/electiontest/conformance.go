@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,13 +33,23 @@ type Harness struct {
 	// FailoverSlack is how much longer than TTL a crash failover may take:
 	// the server's expiry granularity plus one watch delivery and one read.
 	FailoverSlack time.Duration
+	// Arrivals is how many waiters ArrivalOrder queues in a known order.
+	// Default: 6.
+	Arrivals int
 }
 
 var keySeq atomic.Int64
 
-// Key returns a key unique to the test.
+// Key returns a key unique to the test: an absolute path, valid on every
+// backend.
 func Key(t testing.TB) string {
-	return fmt.Sprintf("tenure-test/%s/%d", t.Name(), keySeq.Add(1))
+	name := strings.Map(func(r rune) rune {
+		if r == '/' || r < 0x20 || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, t.Name())
+	return fmt.Sprintf("/tenure-test/%s-%d", name, keySeq.Add(1))
 }
 
 // NewElector returns an elector on a new client of h's backend, closed at
@@ -275,7 +286,10 @@ func testArrivalOrder(t *testing.T, h Harness) {
 	if _, err := holder.Campaign(ctx); err != nil {
 		t.Fatalf("Campaign: %v", err)
 	}
-	const n = 6
+	n := h.Arrivals
+	if n == 0 {
+		n = 6
+	}
 	order := make(chan string, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -352,11 +366,11 @@ func testSessionExpiryWhileWaiting(t *testing.T, h Harness) {
 	res := make(chan error, 1)
 	go func() { _, err := waiter.Campaign(ctx); res <- err }()
 	waitFor(t, 5*h.TTL, "waiter to queue", func() bool { return position(ctx, waiter) == 1 })
-	start := time.Now()
 	h.ExpireSession(t, key, "waiter")
+	ended := time.Now()
 	select {
 	case err := <-res:
-		took := time.Since(start)
+		took := time.Since(ended)
 		if !errors.Is(err, tenure.ErrSessionExpired) {
 			t.Fatalf("Campaign after session expiry = %v, want ErrSessionExpired", err)
 		}

@@ -1,0 +1,418 @@
+package zkelect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// Name is the backend's name in terms, logs and metrics.
+const Name = "zookeeper"
+
+// Option configures Dial.
+type Option func(*options)
+
+type options struct {
+	acl    []zk.ACL
+	log    *zap.Logger
+	dialer zk.Dialer
+}
+
+// WithACL sets the ACL of every node tenure creates. Default:
+// zk.WorldACL(zk.PermAll).
+func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl = acl } }
+
+// WithLogger sets the logger for go-zookeeper's messages (at Debug) and the
+// backend's. Default: zap.NewNop().
+func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithDialer sets the dialer go-zookeeper connects with. Default: net.DialTimeout.
+func WithDialer(d zk.Dialer) Option { return func(o *options) { o.dialer = d } }
+
+// Backend is an election.Backend on one ZooKeeper connection. It is safe for
+// concurrent use. Close it when done.
+type Backend struct {
+	conn    *zk.Conn
+	timeout time.Duration
+	acl     []zk.ACL
+	log     *zap.Logger
+
+	connP        atomic.Pointer[zk.Conn] // conn, for the event callback, which runs before Connect returns
+	negotiatedMs atomic.Int32            // the session timeout the server granted
+	sessionID    atomic.Int64            // the current ZooKeeper session, 0 while none
+	watchEvents  atomic.Uint64
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	changed  chan struct{} // closed and replaced on every session-state change
+	closed   bool
+
+	wg sync.WaitGroup // calls abandoned by their ctx, and session loops
+}
+
+var _ election.Backend = (*Backend)(nil)
+
+// Dial connects to the ZooKeeper servers ("host:port") with the given
+// session timeout, which is the TTL every Elector on this Backend must use.
+// It waits until the first session is established or ctx ends. When the
+// server negotiates a different session timeout (outside its
+// minSessionTimeout..maxSessionTimeout), Dial fails with
+// tenure.ErrInvalidConfig rather than run with a bound nobody asked for.
+func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, opts ...Option) (*Backend, error) {
+	o := options{acl: zk.WorldACL(zk.PermAll), log: zap.NewNop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("%w: zookeeper: no servers", tenure.ErrInvalidConfig)
+	}
+	if sessionTimeout < time.Second || sessionTimeout%time.Millisecond != 0 {
+		return nil, fmt.Errorf("%w: zookeeper: session timeout %v must be at least 1s, in whole milliseconds", tenure.ErrInvalidConfig, sessionTimeout)
+	}
+	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, sessions: map[*session]struct{}{}, changed: make(chan struct{})}
+	var (
+		conn *zk.Conn
+		err  error
+	)
+	if o.dialer != nil {
+		conn, _, err = zk.Connect(servers, sessionTimeout, zk.WithLogger(zkLogger{b}), zk.WithEventCallback(b.onEvent), zk.WithDialer(o.dialer))
+	} else {
+		conn, _, err = zk.Connect(servers, sessionTimeout, zk.WithLogger(zkLogger{b}), zk.WithEventCallback(b.onEvent))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: zookeeper %v: %w", tenure.ErrInvalidConfig, servers, err)
+	}
+	b.conn = conn
+	b.connP.Store(conn)
+	if conn.State() == zk.StateHasSession {
+		b.sessionID.Store(conn.SessionID())
+	}
+	b.broadcast()
+	if _, err := b.awaitSession(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("%w: zookeeper %v: no session: %w", tenure.ErrUnavailable, servers, err)
+	}
+	if got := time.Duration(b.negotiatedMs.Load()) * time.Millisecond; got != sessionTimeout {
+		b.Close()
+		return nil, fmt.Errorf("%w: zookeeper negotiated a %v session timeout for the %v asked: the server's min/maxSessionTimeout exclude it", tenure.ErrInvalidConfig, got, sessionTimeout)
+	}
+	return b, nil
+}
+
+// zkLogger forwards go-zookeeper's messages to zap and reads the negotiated
+// session timeout from its "authenticated" line: go-zookeeper does not
+// export it.
+type zkLogger struct{ b *Backend }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	if strings.HasPrefix(format, "authenticated: id=%d, timeout=%d") && len(args) == 2 {
+		if ms, ok := args[1].(int32); ok {
+			l.b.negotiatedMs.Store(ms)
+			l.b.broadcast()
+		}
+	}
+	l.b.log.Debug("zookeeper: " + fmt.Sprintf(format, args...))
+}
+
+// onEvent is go-zookeeper's event callback. It must not block.
+func (b *Backend) onEvent(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateHasSession:
+		c := b.connP.Load()
+		if c == nil {
+			return // Dial reads the session once Connect has returned
+		}
+		b.sessionID.Store(c.SessionID())
+	case zk.StateExpired, zk.StateAuthFailed:
+		b.sessionID.Store(0)
+	case zk.StateDisconnected:
+		// The session may still live on the server; renewals tell.
+	default:
+		return
+	}
+	b.broadcast()
+	b.expireStale()
+}
+
+// broadcast wakes everything waiting on b.changed.
+func (b *Backend) broadcast() {
+	b.mu.Lock()
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// expireStale ends every session whose ZooKeeper session is gone.
+func (b *Backend) expireStale() {
+	cur := b.sessionID.Load()
+	b.mu.Lock()
+	var stale []*session
+	for s := range b.sessions {
+		if s.id != cur {
+			stale = append(stale, s)
+		}
+	}
+	b.mu.Unlock()
+	for _, s := range stale {
+		s.expired(fmt.Errorf("zookeeper session %#x replaced by %#x", s.id, cur))
+	}
+}
+
+// awaitSession waits until the connection has a session and returns its id.
+func (b *Backend) awaitSession(ctx context.Context) (int64, error) {
+	for {
+		b.mu.Lock()
+		ch, closed := b.changed, b.closed
+		b.mu.Unlock()
+		if closed {
+			return 0, tenure.ErrClosed
+		}
+		// go-zookeeper logs the negotiated timeout just after it reports
+		// the session: wait for both.
+		if id := b.sessionID.Load(); id != 0 && b.conn.State() == zk.StateHasSession && b.negotiatedMs.Load() != 0 {
+			return id, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Close closes the connection, which ends the ZooKeeper session and
+// deletes every ephemeral node under it, and waits for the backend's
+// goroutines. It is idempotent.
+func (b *Backend) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+	if b.conn != nil {
+		b.conn.Close()
+	}
+	b.wg.Wait()
+}
+
+// Conn returns the underlying connection.
+func (b *Backend) Conn() *zk.Conn { return b.conn }
+
+// WatchEvents counts the node events delivered to tenure's watches on this
+// Backend (for tests: one handoff should wake exactly one waiter).
+func (b *Backend) WatchEvents() uint64 { return b.watchEvents.Load() }
+
+// Name returns "zookeeper".
+func (b *Backend) Name() string { return Name }
+
+// Linearizable returns true: writes are ordered by the ensemble's leader,
+// and tenure reads after syncing through its own session's order.
+func (b *Backend) Linearizable() bool { return true }
+
+// CheckKey accepts absolute znode paths: "/" followed by non-empty
+// components other than "." and "..", no trailing slash, no control or
+// non-UTF-8 characters, not under /zookeeper.
+func (b *Backend) CheckKey(key string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: zookeeper: key %q %s", tenure.ErrInvalidConfig, key, why)
+	}
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: zookeeper: empty key", tenure.ErrInvalidConfig)
+	case !strings.HasPrefix(key, "/"):
+		return bad("is not an absolute path (it must start with /)")
+	case key == "/":
+		return bad("is the root")
+	case strings.HasSuffix(key, "/"):
+		return bad("ends with /")
+	case !utf8.ValidString(key):
+		return bad("is not valid UTF-8")
+	case strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0xfffe || r == 0xffff }) >= 0:
+		return bad("holds a character ZooKeeper forbids")
+	case key == "/zookeeper" || strings.HasPrefix(key, "/zookeeper/"):
+		return bad("is under /zookeeper, which the server reserves")
+	case len(key) > 1024:
+		return bad("is longer than 1024 bytes")
+	}
+	for _, c := range strings.Split(key[1:], "/") {
+		if c == "" || c == "." || c == ".." {
+			return bad("has an empty, . or .. component")
+		}
+	}
+	return nil
+}
+
+// CheckTTL requires the TTL to be the Backend's session timeout: a
+// ZooKeeper session's timeout is fixed when the connection is made.
+func (b *Backend) CheckTTL(ttl time.Duration) error {
+	if ttl != b.timeout {
+		return fmt.Errorf("%w: zookeeper: TTL %v differs from the session timeout %v this Backend was dialed with", tenure.ErrInvalidConfig, ttl, b.timeout)
+	}
+	return nil
+}
+
+// translate maps a go-zookeeper error onto tenure's sentinels.
+func translate(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, zk.ErrSessionExpired):
+		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrSessionExpired, op, err)
+	case errors.Is(err, zk.ErrClosing):
+		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrClosed, op, err)
+	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrBadArguments), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrInvalidACL):
+		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrInvalidConfig, op, err)
+	default:
+		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrUnavailable, op, err)
+	}
+}
+
+// call runs a blocking go-zookeeper call so that ctx can end the wait.
+// go-zookeeper calls take no context; an abandoned call runs on until the
+// connection answers or fails it (within the session timeout), tracked by
+// b.wg, and then runs undo with its result (to delete what it created).
+func call[T any](ctx context.Context, b *Backend, f func() (T, error), undo func(T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	var abandoned atomic.Bool
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		v, err := f()
+		ch <- result{v, err}
+		if abandoned.Load() && undo != nil {
+			undo(v, err)
+		}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		abandoned.Store(true)
+		select { // it may have finished meanwhile
+		case r := <-ch:
+			abandoned.Store(false)
+			return r.v, r.err
+		default:
+		}
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// Leader reads the lowest contender under key.
+func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
+	l, _, err := b.leader(ctx, key, false)
+	return l, err
+}
+
+// leader reads the lowest contender; with watch, it also returns a channel
+// that fires on the next change of key's children (or of the lowest node).
+func (b *Backend) leader(ctx context.Context, key string, watch bool) (tenure.Leader, <-chan zk.Event, error) {
+	type out struct {
+		children []string
+		ch       <-chan zk.Event
+	}
+	for {
+		res, err := call(ctx, b, func() (out, error) {
+			if watch {
+				c, _, ch, err := b.conn.ChildrenW(key)
+				return out{c, ch}, err
+			}
+			c, _, err := b.conn.Children(key)
+			return out{c, nil}, err
+		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			if !watch {
+				return tenure.Leader{Key: key, Vacant: true}, nil, nil
+			}
+			// Watch for the key's node to appear.
+			ex, err := call(ctx, b, func() (<-chan zk.Event, error) {
+				ok, _, ch, err := b.conn.ExistsW(key)
+				if err == nil && ok {
+					return nil, errRetry
+				}
+				return ch, err
+			}, nil)
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			if err != nil {
+				return tenure.Leader{}, nil, translate("watch "+key, err)
+			}
+			return tenure.Leader{Key: key, Vacant: true}, ex, nil
+		}
+		if err != nil {
+			return tenure.Leader{}, nil, translate("children of "+key, err)
+		}
+		cs := contenders(res.children)
+		if len(cs) == 0 {
+			return tenure.Leader{Key: key, Vacant: true}, res.ch, nil
+		}
+		head := path.Join(key, cs[0].name)
+		type node struct {
+			data []byte
+			stat *zk.Stat
+		}
+		n, err := call(ctx, b, func() (node, error) {
+			d, st, err := b.conn.Get(head)
+			return node{d, st}, err
+		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // the head left between the two reads
+		}
+		if err != nil {
+			return tenure.Leader{}, nil, translate("get "+head, err)
+		}
+		return tenure.Leader{Key: key, Term: tenure.Term{
+			Token: uint64(n.stat.Czxid), Key: key, Identity: string(n.data), Backend: Name,
+		}}, res.ch, nil
+	}
+}
+
+var errRetry = errors.New("retry")
+
+// Observe emits the lowest contender under key now and after every change
+// of key's children.
+func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Leader)) error {
+	for {
+		l, ch, err := b.leader(ctx, key, true)
+		if err != nil {
+			return err
+		}
+		emit(l)
+		select {
+		case ev := <-ch:
+			b.watchEvents.Add(1)
+			if ev.Err != nil && !errors.Is(ev.Err, zk.ErrSessionExpired) {
+				return translate("watch "+key, ev.Err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,42 @@
+// Package zkelect is tenure's ZooKeeper backend: an election.Backend on
+// github.com/go-zookeeper/zk, with the ephemeral-sequential recipe that
+// Curator's InterProcessMutex and kazoo's Lock use, so that Go, Java and
+// Python processes can share one lock path.
+//
+// # Guarantees
+//
+// ZooKeeper orders writes through one leader, so the term's Token, the czxid
+// (creation zxid) of the leader's node, is a fencing token: every new leader
+// of a key holds a larger one than every leader before it.
+//
+// # Recipe
+//
+//   - Each candidate creates an ephemeral-sequential child of the key's
+//     node, named "_c_<uuid>-lock-<10-digit sequence>" (Curator's protected
+//     form) with its identity as data. The key's node and its ancestors are
+//     created as container nodes when missing, so the server removes them
+//     once empty.
+//   - Contenders are all children whose names end in a 10-digit sequence,
+//     ordered by that sequence, whatever their prefix (tenure's, Curator's
+//     "_c_…-lock-", kazoo's "…__lock__" or "-lock-"). The lowest leads.
+//   - Each waiter watches only its predecessor (no herd effect) and its own
+//     node; before a waiter is told it leads, it re-reads its own node and
+//     checks that its ephemeralOwner is the current session
+//     (apache/curator CURATOR-696).
+//   - When a create's reply is lost, the node is looked up by its uuid and
+//     session; no error path leaves an orphan node behind.
+//   - Session expiry is a loss even though go-zookeeper silently opens a new
+//     session: the session is tied to the ZooKeeper session id it started
+//     with.
+//   - The lease deadline: the session confirms itself with an Exists every
+//     RenewInterval; each reply moves the deadline to send time + session
+//     timeout − margin. The negotiated session timeout must equal the TTL.
+//   - Events arrive through a non-blocking callback (go-zookeeper drops
+//     events when its channel is full).
+//
+// # Ownership
+//
+// A Backend owns one ZooKeeper connection, and so one ZooKeeper session;
+// Sessions opened on it share that ZooKeeper session. Close the Backend after
+// every Elector that uses it.
+package zkelect

@@ -1,0 +1,82 @@
+package zkelect
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// seqDigits is the width of ZooKeeper's sequence suffix.
+const seqDigits = 10
+
+// lockMarker is the name part before the sequence: Curator's LOCK_NAME.
+const lockMarker = "-lock-"
+
+// protectedPrefix starts every node name tenure (and Curator) creates.
+const protectedPrefix = "_c_"
+
+// contender is one child of a key's node that takes part in the queue.
+type contender struct {
+	name string
+	seq  int64
+}
+
+// parseSeq returns the sequence number a child name ends in, and false when
+// the name does not end in exactly ten digits after a non-digit (or is only
+// the ten digits).
+func parseSeq(name string) (int64, bool) {
+	if len(name) < seqDigits {
+		return 0, false
+	}
+	tail := name[len(name)-seqDigits:]
+	for i := 0; i < len(tail); i++ {
+		if tail[i] < '0' || tail[i] > '9' {
+			return 0, false
+		}
+	}
+	if len(name) > seqDigits {
+		if c := name[len(name)-seqDigits-1]; c >= '0' && c <= '9' {
+			return 0, false // more than ten digits: not a sequence suffix
+		}
+	}
+	n, err := strconv.ParseInt(tail, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// contenders returns the children that take part in the queue, lowest
+// sequence first. Children without a sequence suffix are ignored.
+func contenders(children []string) []contender {
+	out := make([]contender, 0, len(children))
+	for _, c := range children {
+		if seq, ok := parseSeq(c); ok {
+			out = append(out, contender{name: c, seq: seq})
+		}
+	}
+	slices.SortFunc(out, func(a, b contender) int {
+		if a.seq != b.seq {
+			if a.seq < b.seq {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return out
+}
+
+// guidOf returns the uuid of a protected node name "_c_<uuid>-lock-…", or
+// "" when the name is not protected.
+func guidOf(name string) string {
+	if !strings.HasPrefix(name, protectedPrefix) {
+		return ""
+	}
+	rest := name[len(protectedPrefix):]
+	i := strings.Index(rest, lockMarker)
+	if i <= 0 {
+		return ""
+	}
+	return rest[:i]
+}

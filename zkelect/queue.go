@@ -1,0 +1,421 @@
+package zkelect
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+func newGUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4, as Curator's UUID.randomUUID
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// ensureParents creates key and its missing ancestors as container nodes.
+func (s *session) ensureParents(ctx context.Context, key string) error {
+	parts := strings.Split(key[1:], "/")
+	p := ""
+	for _, c := range parts {
+		p += "/" + c
+		_, err := call(ctx, s.b, func() (string, error) {
+			return s.b.conn.CreateContainer(p, nil, zk.FlagContainer, s.b.acl)
+		}, nil)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return translate("create "+p, err)
+		}
+	}
+	return nil
+}
+
+// stat reads p's Stat; ok is false when p does not exist.
+func (s *session) stat(ctx context.Context, p string) (*zk.Stat, bool, error) {
+	type res struct {
+		ok bool
+		st *zk.Stat
+	}
+	r, err := call(ctx, s.b, func() (res, error) {
+		ok, st, err := s.b.conn.Exists(p)
+		return res{ok, st}, err
+	}, nil)
+	if err != nil {
+		return nil, false, translate("exists "+p, err)
+	}
+	return r.st, r.ok, nil
+}
+
+// Enqueue creates "<key>/_c_<uuid>-lock-<seq>", ephemeral and sequential,
+// with the identity as data. When the reply is lost it finds the node by
+// its uuid; when the caller gives up while a create is in flight, the node
+// is deleted as soon as the create returns.
+func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
+	// One entry per session and key, as the interface says: a node an
+	// earlier campaign left (its delete failed) is returned, not doubled,
+	// or it would stand ahead of its own session for good.
+	s.mu.Lock()
+	var prev string
+	var prevZxid uint64
+	for p, z := range s.nodes {
+		if path.Dir(p) == key {
+			prev, prevZxid = p, z
+		}
+	}
+	s.mu.Unlock()
+	if prev != "" {
+		var ok bool
+		if err := retry(ctx, func() (err error) {
+			ok, err = s.owned(ctx, election.Ticket{Name: prev, Token: prevZxid})
+			return err
+		}); err != nil {
+			return election.Ticket{}, err
+		}
+		if ok {
+			data, err := call(ctx, s.b, func() ([]byte, error) {
+				d, _, err := s.b.conn.Get(prev)
+				return d, err
+			}, nil)
+			if err == nil {
+				return election.Ticket{Key: key, Identity: string(data), Token: prevZxid, Name: prev}, nil
+			}
+		}
+		s.forget(prev)
+	}
+	guid, err := newGUID()
+	if err != nil {
+		return election.Ticket{}, err
+	}
+	prefix := key + "/" + protectedPrefix + guid + lockMarker
+	undo := func(p string, err error) {
+		if err == nil {
+			_ = s.b.conn.Delete(p, -1)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		if !s.alive() {
+			return election.Ticket{}, s.expired(errors.New("replaced before create"))
+		}
+		p, err := call(ctx, s.b, func() (string, error) {
+			return s.b.conn.Create(prefix, []byte(identity), zk.FlagEphemeral|zk.FlagSequence, s.b.acl)
+		}, undo)
+		switch {
+		case err == nil:
+		case errors.Is(err, zk.ErrNoNode) && attempt < 3:
+			if err := s.ensureParents(ctx, key); err != nil {
+				return election.Ticket{}, err
+			}
+			continue
+		case errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer):
+			// The reply was lost: the node may exist.
+			found, ferr := s.findByGUID(ctx, key, guid)
+			if ferr != nil {
+				return election.Ticket{}, ferr
+			}
+			if found == "" {
+				if !pause(ctx) {
+					return election.Ticket{}, ctx.Err()
+				}
+				continue
+			}
+			p = found
+		default:
+			return election.Ticket{}, translate("create "+prefix, err)
+		}
+		var st *zk.Stat
+		var ok bool
+		if err := retry(ctx, func() (err error) {
+			st, ok, err = s.stat(ctx, p)
+			return err
+		}); err != nil {
+			s.deleteLater(p)
+			return election.Ticket{}, err
+		}
+		if !ok || st.EphemeralOwner != s.id {
+			if ok {
+				s.deleteLater(p)
+			}
+			return election.Ticket{}, s.expired(fmt.Errorf("node %s not owned by the session", p))
+		}
+		s.mu.Lock()
+		s.nodes[p] = uint64(st.Czxid)
+		s.mu.Unlock()
+		return election.Ticket{Key: key, Identity: identity, Token: uint64(st.Czxid), Name: p}, nil
+	}
+}
+
+// deleteLater deletes p in the background while the session lives.
+func (s *session) deleteLater(p string) {
+	if st, ok, err := s.stat(context.Background(), p); err == nil && ok {
+		s.b.reap(s.id, p, uint64(st.Czxid))
+	}
+}
+
+// findByGUID looks for this session's node with guid under key.
+func (s *session) findByGUID(ctx context.Context, key, guid string) (string, error) {
+	children, err := call(ctx, s.b, func() ([]string, error) {
+		c, _, err := s.b.conn.Children(key)
+		return c, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", nil
+	}
+	if err != nil {
+		return "", translate("children of "+key, err)
+	}
+	for _, c := range children {
+		if guidOf(c) == guid {
+			p := path.Join(key, c)
+			st, ok, err := s.stat(ctx, p)
+			if err != nil {
+				return "", err
+			}
+			if ok && st.EphemeralOwner == s.id {
+				return p, nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// queue reads key's contenders and t's index among them (-1 when absent).
+func (s *session) queue(ctx context.Context, t election.Ticket) ([]contender, int, error) {
+	children, err := call(ctx, s.b, func() ([]string, error) {
+		c, _, err := s.b.conn.Children(t.Key)
+		return c, err
+	}, nil)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return nil, -1, translate("children of "+t.Key, err)
+	}
+	cs := contenders(children)
+	own := path.Base(t.Name)
+	for i, c := range cs {
+		if c.name == own {
+			return cs, i, nil
+		}
+	}
+	return cs, -1, nil
+}
+
+// lost explains why t's node is gone or not ours.
+func (s *session) lost(t election.Ticket) error {
+	s.forget(t.Name)
+	if !s.alive() {
+		return s.expired(fmt.Errorf("node %s went with the session", t.Name))
+	}
+	return fmt.Errorf("%w: zookeeper node %s (czxid %d) was deleted or is not the session's", tenure.ErrOwnershipLost, t.Name, t.Token)
+}
+
+func (s *session) forget(p string) {
+	s.mu.Lock()
+	delete(s.nodes, p)
+	s.mu.Unlock()
+}
+
+// owned re-reads t's node: it must exist with t's czxid and be owned by
+// this session, which must still be the connection's session.
+func (s *session) owned(ctx context.Context, t election.Ticket) (bool, error) {
+	st, ok, err := s.stat(ctx, t.Name)
+	if err != nil {
+		return false, err
+	}
+	return ok && uint64(st.Czxid) == t.Token && st.EphemeralOwner == s.id && s.alive(), nil
+}
+
+// Ahead counts the contenders before t.
+func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
+	_, i, err := s.queue(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	if i < 0 {
+		return 0, s.lost(t)
+	}
+	return i, nil
+}
+
+// watch sets a watch on p; ok reports whether p exists.
+func (s *session) watch(ctx context.Context, p string) (<-chan zk.Event, *zk.Stat, bool, error) {
+	type res struct {
+		ok bool
+		st *zk.Stat
+		ch <-chan zk.Event
+	}
+	r, err := call(ctx, s.b, func() (res, error) {
+		ok, st, ch, err := s.b.conn.ExistsW(p)
+		return res{ok, st, ch}, err
+	}, nil)
+	if err != nil {
+		return nil, nil, false, translate("watch "+p, err)
+	}
+	return r.ch, r.st, r.ok, nil
+}
+
+// WaitHead waits until t is the lowest contender, watching only its
+// predecessor and its own node, and re-reads its own node before it
+// returns. Transient failures are retried until ctx ends.
+func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
+	var ownCh <-chan zk.Event
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !s.alive() {
+			return s.lost(t)
+		}
+		if ownCh == nil {
+			ch, st, ok, err := s.watch(ctx, t.Name)
+			if err != nil {
+				if !pause(ctx) {
+					return ctx.Err()
+				}
+				continue
+			}
+			if !ok || uint64(st.Czxid) != t.Token || st.EphemeralOwner != s.id {
+				return s.lost(t)
+			}
+			ownCh = ch
+		}
+		cs, i, err := s.queue(ctx, t)
+		if err != nil {
+			if !pause(ctx) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if i < 0 {
+			return s.lost(t)
+		}
+		if i == 0 {
+			ok, err := s.owned(ctx, t)
+			if err != nil {
+				if !pause(ctx) {
+					return ctx.Err()
+				}
+				continue
+			}
+			if !ok {
+				return s.lost(t)
+			}
+			return nil
+		}
+		pred := path.Join(t.Key, cs[i-1].name)
+		predCh, _, ok, err := s.watch(ctx, pred)
+		if err != nil {
+			if !pause(ctx) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if !ok {
+			continue // gone already: read the queue again
+		}
+		select {
+		case <-predCh:
+			s.b.watchEvents.Add(1)
+		case ev := <-ownCh:
+			s.b.watchEvents.Add(1)
+			ownCh = nil
+			if ev.Type == zk.EventNodeDeleted {
+				return s.lost(t)
+			}
+		case <-s.done:
+			return s.Err()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WatchLoss waits until t's node is deleted, changes owner, or its session
+// ends.
+func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
+	for {
+		ch, st, ok, err := s.watch(ctx, t.Name)
+		if err == nil && (!ok || uint64(st.Czxid) != t.Token || st.EphemeralOwner != s.id) {
+			return s.lost(t)
+		}
+		if err != nil {
+			if errors.Is(err, tenure.ErrSessionExpired) || !s.alive() {
+				return s.lost(t)
+			}
+			if !pause(ctx) {
+				return ctx.Err()
+			}
+			continue
+		}
+		select {
+		case ev := <-ch:
+			s.b.watchEvents.Add(1)
+			if ev.Type == zk.EventNodeDeleted || !s.alive() {
+				return s.lost(t)
+			}
+		case <-s.done:
+			return s.lost(t)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Dequeue deletes t's node if it still has t's czxid, guarded by its
+// version.
+func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
+	for {
+		st, ok, err := s.stat(ctx, t.Name)
+		if err != nil {
+			return err
+		}
+		if !ok || uint64(st.Czxid) != t.Token {
+			s.forget(t.Name)
+			return nil
+		}
+		_, err = call(ctx, s.b, func() (struct{}, error) {
+			return struct{}{}, s.b.conn.Delete(t.Name, st.Version)
+		}, nil)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			s.forget(t.Name)
+			return nil
+		case errors.Is(err, zk.ErrBadVersion):
+			continue
+		default:
+			return translate("delete "+t.Name, err)
+		}
+	}
+}
+
+const retryPause = 50 * time.Millisecond
+
+// retry runs f until it succeeds, fails for a reason other than
+// tenure.ErrUnavailable (a connection being re-established), or ctx ends.
+func retry(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil || !errors.Is(err, tenure.ErrUnavailable) || !pause(ctx) {
+			return err
+		}
+	}
+}
+
+func pause(ctx context.Context) bool {
+	t := time.NewTimer(retryPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

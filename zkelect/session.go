@@ -1,0 +1,243 @@
+package zkelect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// OpenSession ties a session to the connection's current ZooKeeper session
+// and confirms it with an Exists every opts.RenewInterval.
+func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
+	if err := b.CheckTTL(opts.TTL); err != nil {
+		return nil, err
+	}
+	if opts.RenewInterval <= 0 || opts.RenewInterval >= opts.TTL {
+		return nil, fmt.Errorf("%w: zookeeper: RenewInterval %v must be positive and below the TTL %v", tenure.ErrInvalidConfig, opts.RenewInterval, opts.TTL)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	id, err := b.awaitSession(ctx)
+	if err != nil {
+		return nil, translate("session", err)
+	}
+	s := &session{b: b, id: id, opts: opts, renewals: make(chan election.Renewal, 1), done: make(chan struct{}),
+		loopDone: make(chan struct{}), nodes: map[string]uint64{}}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	g, err := s.confirm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.granted = g
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, tenure.ErrClosed
+	}
+	b.sessions[s] = struct{}{}
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go s.keepAlive()
+	return s, nil
+}
+
+// session is one elector's view of the connection's ZooKeeper session: it
+// ends when that ZooKeeper session does, even if go-zookeeper opens a new
+// one.
+type session struct {
+	b        *Backend
+	id       int64
+	opts     election.SessionOptions
+	granted  election.Renewal
+	renewals chan election.Renewal
+
+	ctx      context.Context // ends at Close
+	stop     context.CancelFunc
+	loopDone chan struct{}
+
+	done     chan struct{}
+	doneOnce sync.Once
+	errMu    sync.Mutex
+	err      error
+
+	mu    sync.Mutex
+	nodes map[string]uint64 // path → czxid of the nodes this session created and holds
+}
+
+func (s *session) Granted() election.Renewal         { return s.granted }
+func (s *session) Renewals() <-chan election.Renewal { return s.renewals }
+func (s *session) Done() <-chan struct{}             { return s.done }
+
+func (s *session) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+func (s *session) end(err error) {
+	s.doneOnce.Do(func() {
+		s.errMu.Lock()
+		s.err = err
+		s.errMu.Unlock()
+		close(s.done)
+		s.b.mu.Lock()
+		delete(s.b.sessions, s)
+		s.b.mu.Unlock()
+	})
+}
+
+func (s *session) expired(cause error) error {
+	err := fmt.Errorf("%w: zookeeper session %#x: %w", tenure.ErrSessionExpired, s.id, cause)
+	s.end(err)
+	return err
+}
+
+// alive reports whether the connection still runs this session's
+// ZooKeeper session.
+func (s *session) alive() bool { return s.b.sessionID.Load() == s.id }
+
+// confirm sends one Exists and, when it is answered on this session's
+// ZooKeeper session, returns the renewal it proves.
+func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
+	if !s.alive() {
+		return election.Renewal{}, s.expired(errors.New("replaced"))
+	}
+	probe := "/"
+	s.mu.Lock()
+	for p := range s.nodes {
+		probe = p
+		break
+	}
+	s.mu.Unlock()
+	sent := s.opts.Now()
+	_, err := call(ctx, s.b, func() (bool, error) {
+		ok, _, err := s.b.conn.Exists(probe)
+		return ok, err
+	}, nil)
+	if err != nil {
+		if errors.Is(err, zk.ErrSessionExpired) || !s.alive() {
+			return election.Renewal{}, s.expired(err)
+		}
+		return election.Renewal{}, translate("exists "+probe, err)
+	}
+	if !s.alive() {
+		return election.Renewal{}, s.expired(errors.New("replaced while renewing"))
+	}
+	ttl := time.Duration(s.b.negotiatedMs.Load()) * time.Millisecond
+	return election.Renewal{Sent: sent, TTL: ttl}, nil
+}
+
+func (s *session) push(r election.Renewal) {
+	for {
+		select {
+		case s.renewals <- r:
+			return
+		default:
+		}
+		select {
+		case <-s.renewals:
+		default:
+		}
+	}
+}
+
+// keepAlive confirms the session every RenewInterval (four times as often
+// after a failure).
+func (s *session) keepAlive() {
+	defer s.b.wg.Done()
+	defer close(s.loopDone)
+	every := s.opts.RenewInterval
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, every)
+		r, err := s.confirm(ctx)
+		cancel()
+		switch {
+		case s.ctx.Err() != nil:
+			return
+		case errors.Is(err, tenure.ErrSessionExpired):
+			return
+		case err != nil:
+			s.push(election.Renewal{Err: err})
+			t.Reset(every / 4)
+			continue
+		}
+		s.push(r)
+		t.Reset(every)
+	}
+}
+
+// Close stops the renewals and deletes the nodes this session holds. The
+// ZooKeeper session itself belongs to the Backend. Nodes it cannot delete
+// now are deleted in the background while the ZooKeeper session lives (an
+// orphan at the head of a queue would block it for good).
+func (s *session) Close(ctx context.Context) error {
+	s.stop()
+	<-s.loopDone
+	defer s.end(tenure.ErrClosed)
+	s.mu.Lock()
+	left := make(map[string]uint64, len(s.nodes))
+	for p, z := range s.nodes {
+		left[p] = z
+	}
+	s.mu.Unlock()
+	var errs []error
+	for p, z := range left {
+		if err := s.Dequeue(ctx, election.Ticket{Name: p, Token: z}); err != nil {
+			errs = append(errs, err)
+			s.b.reap(s.id, p, z)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reap deletes the node p (czxid z) in the background until it is gone, the
+// ZooKeeper session id ends, or the Backend closes.
+func (b *Backend) reap(id int64, p string, z uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			b.mu.Lock()
+			closed, ch := b.closed, b.changed
+			b.mu.Unlock()
+			if closed || b.sessionID.Load() != id {
+				return // the node went with its session
+			}
+			ok, st, err := b.conn.Exists(p)
+			if err == nil && (!ok || uint64(st.Czxid) != z) {
+				return
+			}
+			if err == nil {
+				if err = b.conn.Delete(p, st.Version); err == nil || errors.Is(err, zk.ErrNoNode) {
+					return
+				}
+			}
+			select {
+			case <-ch:
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+}
