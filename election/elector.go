@@ -44,7 +44,8 @@ type Elector struct {
 	log   *zap.Logger
 	clock Clock
 
-	campaignMu sync.Mutex // one campaign (and one Run) at a time
+	campaignMu sync.Mutex // one campaign at a time
+	runMu      sync.Mutex // one Run at a time
 
 	mu           sync.Mutex
 	lease        *lease // current session, nil until needed or after loss
@@ -66,6 +67,7 @@ type leadership struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{} // the loss watcher exited
+	work   chan struct{} // closed when Run's elected work has returned; nil outside Run
 
 	released bool // the entry was deleted (guarded by Elector.mu)
 }
@@ -113,14 +115,7 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	old := e.lease
 	e.lease = nil
 	if old != nil {
-		// Closing a lost session may take up to CleanupTimeout (a revoke on
-		// a dead link); do not make the next campaign wait for it. Close
-		// waits for it.
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			old.stop()
-		}()
+		e.stopLeaseLocked(old)
 	}
 	e.mu.Unlock()
 	sess, err := e.b.OpenSession(ctx, SessionOptions{TTL: e.cfg.TTL, RenewInterval: e.cfg.RenewInterval, Now: e.clock.Now})
@@ -131,11 +126,34 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		go l.stop()
+		e.stopLeaseLocked(l)
 		return nil, tenure.ErrClosed
 	}
 	e.lease = l
 	return l, nil
+}
+
+// stopLeaseLocked stops l in the background: closing a session may take up
+// to CleanupTimeout (a revoke on a dead link), and nothing should wait for
+// that but Close, which waits for e.wg. e.mu must be held.
+func (e *Elector) stopLeaseLocked(l *lease) {
+	if e.lease == l {
+		e.lease = nil
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		l.stop()
+	}()
+}
+
+// giveUp abandons l after an entry could not be deleted: its renewals stop
+// and its session is closed, so the entry goes with it, at the latest when
+// the server expires the lease; a later campaign opens a new session.
+func (e *Elector) giveUp(l *lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stopLeaseLocked(l)
 }
 
 // ctxErr turns a failure that happened because ctx ended into
@@ -160,29 +178,45 @@ func (e *Elector) ctxErr(ctx context.Context, err error) error {
 // After Campaign returns, Done is closed and Err is set when the term is
 // lost.
 func (e *Elector) Campaign(ctx context.Context) (tenure.Term, error) {
-	return e.campaign(ctx, true)
+	ld, err := e.campaign(ctx, true, false)
+	if err != nil {
+		return tenure.Term{}, err
+	}
+	return ld.term, nil
 }
 
 // TryCampaign is Campaign that does not wait: when another candidate holds
 // or is queued before this one, it removes its entry and returns
 // tenure.ErrLocked.
 func (e *Elector) TryCampaign(ctx context.Context) (tenure.Term, error) {
-	return e.campaign(ctx, false)
+	ld, err := e.campaign(ctx, false, false)
+	if err != nil {
+		return tenure.Term{}, err
+	}
+	return ld.term, nil
 }
 
-func (e *Elector) campaign(ctx context.Context, wait bool) (tenure.Term, error) {
+// campaign runs one campaign; wait=false refuses a held key; managed marks
+// the term as Run's, whose work holds the lease until it returns.
+func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership, error) {
 	e.campaignMu.Lock()
 	defer e.campaignMu.Unlock()
 	if ctx.Err() != nil {
-		return tenure.Term{}, errors.Join(tenure.ErrCanceled, ctx.Err())
+		return nil, errors.Join(tenure.ErrCanceled, ctx.Err())
 	}
-	if t, ok := e.currentTerm(); ok {
-		return t, nil
+	if ld := e.currentLeadership(); ld != nil {
+		e.mu.Lock()
+		if managed && ld.work == nil { // Run takes over a term Campaign won
+			ld.work = make(chan struct{})
+			ld.lease.hold()
+		}
+		e.mu.Unlock()
+		return ld, nil
 	}
 	start := e.clock.Now()
 	l, err := e.currentLease(ctx)
 	if err != nil {
-		return tenure.Term{}, err
+		return nil, err
 	}
 	// waitCtx ends when the caller gives up or the session dies.
 	waitCtx, cancel := context.WithCancelCause(ctx)
@@ -199,7 +233,7 @@ func (e *Elector) campaign(ctx context.Context, wait bool) (tenure.Term, error) 
 		}
 	}
 	if err != nil {
-		return tenure.Term{}, e.campaignErr(ctx, l, err)
+		return nil, e.campaignErr(ctx, l, err)
 	}
 	log := e.log.With(zap.Uint64("token", t.Token))
 	e.setPending(&t, l)
@@ -208,27 +242,27 @@ func (e *Elector) campaign(ctx context.Context, wait bool) (tenure.Term, error) 
 		n, err := l.sess.Ahead(waitCtx, t)
 		if err == nil && n > 0 {
 			e.cleanup(ctx, l, t)
-			return tenure.Term{}, fmt.Errorf("%w: %d candidate(s) ahead on %q", tenure.ErrLocked, n, e.cfg.Key)
+			return nil, fmt.Errorf("%w: %d candidate(s) ahead on %q", tenure.ErrLocked, n, e.cfg.Key)
 		}
 		if err != nil {
 			e.cleanup(ctx, l, t)
-			return tenure.Term{}, e.campaignErr(ctx, l, err)
+			return nil, e.campaignErr(ctx, l, err)
 		}
 	}
 	log.Debug("campaign queued")
 	if err := l.sess.WaitHead(waitCtx, t); err != nil {
 		e.cleanup(ctx, l, t)
-		return tenure.Term{}, e.campaignErr(ctx, l, err)
+		return nil, e.campaignErr(ctx, l, err)
 	}
 	// Ownership was re-read by WaitHead; the lease must still be trusted.
 	if !l.Valid() {
 		e.cleanup(ctx, l, t)
-		return tenure.Term{}, e.campaignErr(ctx, l, tenure.ErrLeaseExpired)
+		return nil, e.campaignErr(ctx, l, tenure.ErrLeaseExpired)
 	}
 	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Since: e.clock.Now()}
-	e.startLeadership(l, t, term)
+	ld := e.startLeadership(l, t, term, managed)
 	log.Info("elected", zap.Duration("waited", term.Since.Sub(start)), zap.Time("deadline", l.Deadline()))
-	return term, nil
+	return ld, nil
 }
 
 // campaignErr classifies a failed campaign: the session's end first, then
@@ -285,14 +319,19 @@ func (e *Elector) cleanup(ctx context.Context, l *lease, t Ticket) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CleanupTimeout)
 	defer cancel()
 	if err := l.sess.Dequeue(cctx, t); err != nil {
-		e.log.Warn("removing the campaign's entry failed; it goes when the session expires",
+		e.log.Warn("removing the campaign's entry failed; giving up the session, which takes the entry with it",
 			zap.Uint64("token", t.Token), zap.Error(err))
+		e.giveUp(l)
 	}
 }
 
-func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term) {
+func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed bool) *leadership {
 	ctx, cancel := context.WithCancelCause(l.ctx)
 	ld := &leadership{term: term, ticket: t, lease: l, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	if managed {
+		ld.work = make(chan struct{})
+		l.hold()
+	}
 	go func() {
 		defer close(ld.done)
 		err := l.sess.WatchLoss(ctx, t)
@@ -309,6 +348,7 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term) {
 	e.mu.Lock()
 	e.lead = ld
 	e.mu.Unlock()
+	return ld
 }
 
 // lastToken returns the token of the latest term this elector held, or 0.
@@ -321,15 +361,23 @@ func (e *Elector) lastToken() uint64 {
 	return e.lead.term.Token
 }
 
-// currentTerm returns the term this elector holds, if it still holds one.
-func (e *Elector) currentTerm() (tenure.Term, bool) {
+// currentLeadership returns the term this elector holds, or nil.
+func (e *Elector) currentLeadership() *leadership {
 	e.mu.Lock()
 	ld := e.lead
 	e.mu.Unlock()
 	if ld == nil || ld.ctx.Err() != nil || !ld.lease.Valid() {
-		return tenure.Term{}, false
+		return nil
 	}
-	return ld.term, true
+	return ld
+}
+
+// currentTerm returns the term this elector holds, if it still holds one.
+func (e *Elector) currentTerm() (tenure.Term, bool) {
+	if ld := e.currentLeadership(); ld != nil {
+		return ld.term, true
+	}
+	return tenure.Term{}, false
 }
 
 // IsLeader reports whether this elector holds a term whose lease deadline is
@@ -390,34 +438,51 @@ func (e *Elector) Err() error {
 	return context.Cause(e.lead.ctx)
 }
 
-// leaderContext returns the context of the current term (for Run).
-func (e *Elector) leaderContext() context.Context {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.lead.ctx
+// Resign gives up the term this elector holds: its Done channel closes with
+// tenure.ErrResigned, Run's elected work (if any) is waited for, and its
+// entry is deleted (guarded by its token, so a later holder's entry is never
+// touched). Resign is idempotent and safe to retry; when there is nothing
+// to give up, it returns nil. When the delete fails (backend unavailable),
+// the session is given up too, so the entry goes at the latest when the
+// server expires it, and Resign returns the error. The delete also ends
+// when the lease can no longer be trusted (its entry then goes with it).
+// Do not call Resign from inside OnElected: it waits for OnElected.
+func (e *Elector) Resign(ctx context.Context) error {
+	return e.release(ctx, tenure.ErrResigned)
 }
 
-// Resign gives up the term this elector holds: its Done channel closes with
-// tenure.ErrResigned and its entry is deleted (guarded by its token, so a
-// later holder's entry is never touched). Resign is idempotent and safe to
-// retry: when it fails (backend unavailable), calling it again retries the
-// delete; when there is nothing to give up, it returns nil.
-func (e *Elector) Resign(ctx context.Context) error {
+// release ends the current term with cause, waits for its work, and
+// deletes its entry.
+func (e *Elector) release(ctx context.Context, cause error) error {
 	e.mu.Lock()
 	ld := e.lead
 	e.mu.Unlock()
 	if ld == nil {
 		return nil
 	}
-	ld.cancel(tenure.ErrResigned)
+	ld.cancel(cause)
 	<-ld.done
+	e.mu.Lock()
+	work := ld.work
+	e.mu.Unlock()
+	if work != nil {
+		<-work // Run waits for the work, with its hard stop
+	}
 	e.mu.Lock()
 	released := ld.released
 	e.mu.Unlock()
 	if released || ld.lease.ctx.Err() != nil {
 		return nil // already deleted, or the session is gone and the entry with it
 	}
-	if err := ld.lease.sess.Dequeue(ctx, ld.ticket); err != nil {
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ld.lease.ctx, cancel)
+	defer stop()
+	if err := ld.lease.sess.Dequeue(dctx, ld.ticket); err != nil {
+		if ld.lease.ctx.Err() != nil {
+			return nil
+		}
+		e.giveUp(ld.lease)
 		return e.ctxErr(ctx, fmt.Errorf("tenure: resign %s: %w", ld.term, err))
 	}
 	e.mu.Lock()
@@ -436,12 +501,13 @@ func (e *Elector) Leader(ctx context.Context) (tenure.Leader, error) {
 	return l, nil
 }
 
-// Close resigns any term this elector holds (the guarded delete runs on
-// ctx), ends its session on a context bounded by Config.CleanupTimeout
-// (releasing its entries), stops Observe goroutines and waits for
-// everything it started to exit. The elector cannot be used afterwards.
-// Close is idempotent; it returns the resignation's error, if any, and the
-// session ends regardless.
+// Close ends any term this elector holds (cause tenure.ErrClosed), waits for
+// Run's elected work to return, deletes the term's entry (on ctx), ends the
+// session on a context bounded by Config.CleanupTimeout (releasing its
+// entries), stops Observe goroutines and waits for everything it started
+// to exit. The elector cannot be used afterwards. Close is idempotent; it
+// returns the delete's error, if any, and the session ends regardless. Do
+// not call Close from inside OnElected: it waits for OnElected.
 func (e *Elector) Close(ctx context.Context) error {
 	e.mu.Lock()
 	if e.closed {
@@ -450,12 +516,13 @@ func (e *Elector) Close(ctx context.Context) error {
 	}
 	e.closed = true
 	e.cancelAll()
-	l := e.lease
 	e.mu.Unlock()
-	err := e.Resign(ctx)
-	if l != nil {
-		l.stop()
+	err := e.release(ctx, tenure.ErrClosed)
+	e.mu.Lock()
+	if e.lease != nil {
+		e.stopLeaseLocked(e.lease)
 	}
+	e.mu.Unlock()
 	e.wg.Wait()
 	return err
 }

@@ -34,6 +34,8 @@ type lease struct {
 	deadline  time.Time
 	suspended bool
 	stopOnce  sync.Once
+	holds     int           // elected work running under this lease
+	idle      chan struct{} // closed while holds == 0
 }
 
 func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log *zap.Logger) *lease {
@@ -45,6 +47,7 @@ func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log
 		stopCh: make(chan struct{}), done: make(chan struct{}),
 		closeT:   closeTimeout,
 		deadline: g.Sent.Add(g.TTL - margin),
+		idle:     closedCh,
 	}
 	go l.run()
 	return l
@@ -70,6 +73,33 @@ func (l *lease) Suspended() bool {
 // noticed.
 func (l *lease) Valid() bool {
 	return l.ctx.Err() == nil && l.sess.Err() == nil && l.clock.Now().Before(l.Deadline())
+}
+
+// hold marks elected work as running under the lease: after the deadline,
+// the session is not closed (its entries not released) before release.
+func (l *lease) hold() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holds == 0 {
+		l.idle = make(chan struct{})
+	}
+	l.holds++
+}
+
+// release undoes one hold.
+func (l *lease) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holds--
+	if l.holds == 0 {
+		close(l.idle)
+	}
+}
+
+func (l *lease) idleCh() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.idle
 }
 
 // stop ends the lease (cause tenure.ErrClosed unless it already ended),
@@ -122,6 +152,16 @@ func (l *lease) run() {
 			}
 			l.cancel(tenure.ErrLeaseExpired)
 			l.log.Warn("lease deadline passed without an acknowledged renewal; session abandoned")
+			// Do not release the entries before the server itself could
+			// expire the lease (the deadline is DeadlineMargin early), nor
+			// while elected work still runs: the link may be back, and a
+			// revoke now would elect the next leader at once.
+			margin := time.NewTimer(l.margin)
+			<-margin.C
+			select {
+			case <-l.idleCh():
+			case <-l.stopCh:
+			}
 			return
 		case <-l.sess.Done():
 			err := l.sess.Err()

@@ -26,8 +26,12 @@ import (
 // Close and a tenure.ErrInvalidConfig error when the backend refuses the
 // configuration; transient failures are logged and retried every
 // Config.RetryInterval. Run returns only after every goroutine it started
-// has exited. Only one Run (or Campaign) proceeds at a time per Elector.
+// has exited. A second Run on the same Elector waits for the first to
+// return. Close (or Resign) from another goroutine ends the term like a loss
+// would: Run waits for OnElected before the entry is released.
 func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
 	if cb.OnLeader != nil {
 		obsCtx, stopObs := context.WithCancel(ctx)
 		leaders := e.Observe(obsCtx)
@@ -41,7 +45,7 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 		defer func() { stopObs(); <-obsDone }()
 	}
 	for {
-		term, err := e.Campaign(ctx)
+		ld, err := e.campaign(ctx, true, true)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
@@ -55,7 +59,8 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 			}
 			continue
 		}
-		reason := e.lead1(ctx, term, cb)
+		term := ld.term
+		reason := e.lead1(ctx, ld, cb)
 		e.safely("OnDemoted", func() {
 			if cb.OnDemoted != nil {
 				cb.OnDemoted(term, reason)
@@ -72,8 +77,8 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 
 // lead1 runs one term: OnElected until it returns, then resigns if the
 // session lives. It returns the demotion reason.
-func (e *Elector) lead1(ctx context.Context, term tenure.Term, cb tenure.Callbacks) error {
-	lctx := e.leaderContext()
+func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks) error {
+	term, lctx := ld.term, ld.ctx
 	workDone := make(chan struct{})
 	var panicked error
 	go func() {
@@ -90,11 +95,13 @@ func (e *Elector) lead1(ctx context.Context, term tenure.Term, cb tenure.Callbac
 	case <-ctx.Done():
 	}
 	// Ask the work to stop (no-op if the term already ended), then wait.
-	e.mu.Lock()
-	ld := e.lead
-	e.mu.Unlock()
 	ld.cancel(tenure.ErrResigned)
 	e.awaitWork(term, workDone, cb)
+	e.mu.Lock()
+	close(ld.work) // Resign and Close may release the entry now
+	e.mu.Unlock()
+	ld.lease.release()
+	<-ld.done
 	reason := context.Cause(lctx)
 	if panicked != nil {
 		reason = fmt.Errorf("%w: %w", tenure.ErrResigned, panicked)

@@ -89,13 +89,28 @@ func translate(op string, err error) error {
 	}
 }
 
-// Leader reads the oldest entry under key.
+// Leader reads the oldest entry of key (entries of nested keys
+// "<key>/<sub>/…" excluded).
 func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
 	resp, err := b.cli.Get(ctx, prefix(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return tenure.Leader{}, translate("get leader", err)
 	}
-	return leaderOf(key, resp.Kvs), nil
+	if len(resp.Kvs) == 0 || !nested(key, resp.Kvs[0].Key) {
+		return leaderOf(key, resp.Kvs), nil
+	}
+	// The oldest entry is a nested key's: list them all, oldest first.
+	all, err := b.cli.Get(ctx, prefix(key), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return tenure.Leader{}, translate("get leader", err)
+	}
+	for _, kv := range all.Kvs {
+		if !nested(key, kv.Key) {
+			return leaderOf(key, []*mvccpb.KeyValue{kv}), nil
+		}
+	}
+	return leaderOf(key, nil), nil
 }
 
 func leaderOf(key string, kvs []*mvccpb.KeyValue) tenure.Leader {

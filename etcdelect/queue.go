@@ -3,6 +3,7 @@ package etcdelect
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -58,13 +59,16 @@ func (s *session) deleteOwn(ctx context.Context, name string) {
 }
 
 // read returns t's own entry (nil when gone or replaced) and the newest
-// entry older than it (nil when t is first), in one consistent read. With
-// all, it lists the names of every older entry instead, and ahead counts
-// them (etcd's Count ignores create-revision filters, so they are listed).
+// entry of t's key older than it (nil when t is first), in one consistent
+// read. With all, it lists the names of every older entry instead, and ahead
+// counts them (etcd's Count ignores create-revision filters). Entries of
+// nested keys ("<key>/<sub>/<lease>") are not the key's: when the newest
+// older entry is nested, the older entries are listed and filtered.
 func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, pred *mvccpb.KeyValue, ahead int, rev int64, err error) {
+	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1), clientv3.WithKeysOnly()}
 	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(int64(t.Token)-1))
 	if all {
-		before = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1), clientv3.WithKeysOnly()}
+		before = older
 	}
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(t.Name),
@@ -73,14 +77,34 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, p
 	if err != nil {
 		return nil, nil, 0, 0, translate("read queue", err)
 	}
+	rev = resp.Header.Revision
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && uint64(kvs[0].CreateRevision) == t.Token {
 		own = kvs[0]
 	}
-	r := resp.Responses[1].GetResponseRange()
-	if len(r.Kvs) > 0 {
-		pred = r.Kvs[0]
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if !all && len(kvs) > 0 && nested(t.Key, kvs[0].Key) {
+		r, err := s.cli.Get(ctx, prefix(t.Key), append(older, clientv3.WithRev(rev))...)
+		if err != nil {
+			return nil, nil, 0, 0, translate("read queue", err)
+		}
+		kvs = r.Kvs
 	}
-	return own, pred, len(r.Kvs), resp.Header.Revision, nil
+	for _, kv := range kvs {
+		if nested(t.Key, kv.Key) {
+			continue
+		}
+		ahead++
+		if pred == nil || kv.CreateRevision > pred.CreateRevision {
+			pred = kv
+		}
+	}
+	return own, pred, ahead, rev, nil
+}
+
+// nested reports whether name belongs to an election nested under key
+// ("<key>/<sub>/<lease>") rather than to key.
+func nested(key string, name []byte) bool {
+	return strings.Contains(string(name[len(prefix(key)):]), "/")
 }
 
 // Ahead counts the entries older than t.
@@ -236,28 +260,33 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 			return ctx.Err()
 		}
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
 	for {
-		wch := s.cli.Watch(wctx, t.Name, clientv3.WithCreatedNotify())
-		if err := awaitCreated(ctx, wch); err == nil {
-			g, err := s.cli.Get(ctx, t.Name, clientv3.WithKeysOnly())
-			if err == nil && (len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token) {
-				return s.lost(ctx, t)
-			}
-			if err == nil {
-				if err := awaitLoss(ctx, wch, t); err != nil {
-					return s.lost(ctx, t)
-				}
-			}
+		if s.watchLossOnce(ctx, t) {
+			return s.lost(ctx, t)
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !pause(ctx) {
+		if ctx.Err() != nil || !pause(ctx) {
 			return ctx.Err()
 		}
 	}
+}
+
+// watchLossOnce watches t's entry until it is lost (true) or the watch fails
+// or ctx ends (false). The watch ends with it.
+func (s *session) watchLossOnce(ctx context.Context, t election.Ticket) bool {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.cli.Watch(wctx, t.Name, clientv3.WithCreatedNotify())
+	if err := awaitCreated(ctx, wch); err != nil {
+		return false
+	}
+	g, err := s.cli.Get(ctx, t.Name, clientv3.WithKeysOnly())
+	if err != nil {
+		return false
+	}
+	if len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token {
+		return true
+	}
+	return awaitLoss(ctx, wch, t) != nil
 }
 
 // awaitLoss returns errOwnGone when t's entry is deleted or recreated, nil

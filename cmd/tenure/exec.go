@@ -120,7 +120,10 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var caught atomic.Value // os.Signal
-	go func() {             // a signal while waiting for KEY cancels the campaign
+	watcherDone := make(chan struct{})
+	// A signal while waiting for KEY cancels the campaign.
+	go func() {
+		defer close(watcherDone)
 		select {
 		case s := <-sigs:
 			caught.Store(s)
@@ -172,6 +175,14 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		return exitFailure
 	}
 	cancel() // stop the campaign's signal watcher; signals now go to CMD
+	<-watcherDone
+	if s, ok := caught.Load().(os.Signal); ok { // it came just as we were elected
+		rctx, rcancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
+		defer rcancel()
+		_ = e.Resign(rctx)
+		fmt.Fprintf(stderr, "tenure exec: %v while taking %s; not running %s\n", s, f.key, argv[0])
+		return 128 + int(s.(syscall.Signal))
+	}
 	return supervise(e, f, term, argv, sigs, stdout, stderr)
 }
 
@@ -185,8 +196,10 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		"TENURE_IDENTITY="+term.Identity,
 		"TENURE_BACKEND="+term.Backend,
 	)
-	// Own process group, so a signal reaches CMD's children too; the kernel
-	// kills CMD if tenure dies.
+	// Own process group, so a signal reaches CMD's children too. If tenure
+	// itself is killed, the kernel kills CMD (the parent-death signal), but
+	// not CMD's own children: a CMD that forks should exec its last
+	// command or stop its children when it dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	release := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.Config().CleanupTimeout)

@@ -94,6 +94,11 @@ func Run(t *testing.T, h Harness) {
 		{"HardStopHoldsLeadership", testHardStop},
 		{"ObserveSeesVacancyAndLeaders", testObserve},
 		{"CloseReleases", testCloseReleases},
+		{"CloseDuringRunWaitsForWork", testCloseDuringRun},
+		{"CutOffHealedAtDeadlineNoOverlap", testHealAtDeadline},
+		{"TwoRunsNeverRunWorkTwice", testTwoRuns},
+		{"BriefCutOffKeepsLeadership", testBriefCutOff},
+		{"NestedKeysAreIndependent", testNestedKeys},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
@@ -778,4 +783,180 @@ func testFailedResignNewTerm(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	mustVacant(t, h, key)
+}
+
+// slowStopper runs a with Run; its work, once its context ends, takes
+// 80 % of StopTimeout to return. It reports when it was elected and when
+// its work returned.
+type slowStopper struct {
+	elected  chan struct{}
+	returned atomic.Int64
+	reason   chan error
+	done     chan error
+}
+
+func runSlowStopper(ctx context.Context, a *election.Elector) *slowStopper {
+	s := &slowStopper{elected: make(chan struct{}), reason: make(chan error, 4), done: make(chan error, 1)}
+	stopT := a.Config().StopTimeout
+	var once sync.Once
+	go func() {
+		s.done <- a.Run(ctx, tenure.Callbacks{
+			OnElected: func(lctx context.Context, term tenure.Term) {
+				once.Do(func() { close(s.elected) })
+				<-lctx.Done()
+				time.Sleep(stopT * 8 / 10)
+				s.returned.CompareAndSwap(0, time.Now().UnixNano())
+			},
+			OnDemoted: func(_ tenure.Term, r error) { s.reason <- r },
+		})
+	}()
+	return s
+}
+
+// campaignAt starts b's campaign and returns when it was elected.
+func campaignAt(t *testing.T, h Harness, b *election.Elector) <-chan time.Time {
+	at := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.Campaign(ctxT(t, 10*h.TTL)); err != nil {
+			t.Errorf("Campaign: %v", err)
+			return
+		}
+		at <- time.Now()
+	}()
+	waitFor(t, 5*h.TTL, "the waiter to queue", func() bool { return position(context.Background(), b) == 1 })
+	return at
+}
+
+// testCloseDuringRun: Close from another goroutine while Run leads ends the
+// term with ErrClosed and releases the key only after OnElected returned.
+func testCloseDuringRun(t *testing.T, h Harness) {
+	key := Key(t)
+	a, _ := h.NewElector(t, key, "a")
+	s := runSlowStopper(context.Background(), a)
+	<-s.elected
+	b, _ := h.NewElector(t, key, "b")
+	bAt := campaignAt(t, h, b)
+	if err := a.Close(ctxT(t, 2*h.TTL)); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-s.done; !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("Run after Close = %v, want ErrClosed", err)
+	}
+	if r := <-s.reason; !errors.Is(r, tenure.ErrClosed) {
+		t.Fatalf("demotion reason %v, want ErrClosed", r)
+	}
+	elected := <-bAt
+	if ret := time.Unix(0, s.returned.Load()); s.returned.Load() == 0 || !elected.After(ret) {
+		t.Fatalf("b elected at %v, before a's work returned (%v)", elected, ret)
+	}
+}
+
+// testHealAtDeadline: a leader cut off until just past its deadline, then
+// healed, must not release its entry while its work still runs.
+func testHealAtDeadline(t *testing.T, h Harness) {
+	key := Key(t)
+	a, ba := h.NewElector(t, key, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := runSlowStopper(ctx, a)
+	<-s.elected
+	b, _ := h.NewElector(t, key, "b")
+	bAt := campaignAt(t, h, b)
+	heal := h.CutOff(t, ba)
+	waitFor(t, 2*h.TTL, "a to be suspended", a.Suspended)
+	time.Sleep(time.Until(a.Deadline()) + 10*time.Millisecond)
+	heal()
+	var elected time.Time
+	select {
+	case elected = <-bAt:
+	case <-time.After(3 * h.TTL):
+		t.Fatal("b not elected after a's lease ran out")
+	}
+	if ret := time.Unix(0, s.returned.Load()); s.returned.Load() == 0 || !elected.After(ret) {
+		t.Fatalf("b elected at %v, before a's work returned (%v)", elected, ret)
+	}
+	if r := <-s.reason; !errors.Is(r, tenure.ErrLeaseExpired) {
+		t.Fatalf("a demoted with %v, want ErrLeaseExpired", r)
+	}
+	cancel()
+	<-s.done
+}
+
+// testTwoRuns: a second Run on one elector waits for the first; OnElected
+// never runs twice at once.
+func testTwoRuns(t *testing.T, h Harness) {
+	key := Key(t)
+	e, _ := h.NewElector(t, key, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	var active, most, calls atomic.Int32
+	cb := tenure.Callbacks{OnElected: func(lctx context.Context, _ tenure.Term) {
+		n := active.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		calls.Add(1)
+		select {
+		case <-lctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+		active.Add(-1)
+	}}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = e.Run(ctx, cb) }()
+	}
+	waitFor(t, 5*h.TTL, "a few terms", func() bool { return calls.Load() >= 4 })
+	cancel()
+	wg.Wait()
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d OnElected ran at once on one elector", m)
+	}
+}
+
+// testBriefCutOff: a cut-off shorter than the deadline margin allows does not
+// demote the leader.
+func testBriefCutOff(t *testing.T, h Harness) {
+	key := Key(t)
+	a, ba := h.NewElector(t, key, "a")
+	term, err := a.Campaign(ctxT(t, 5*h.TTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heal := h.CutOff(t, ba)
+	time.Sleep(h.TTL / 10)
+	heal()
+	time.Sleep(h.TTL)
+	select {
+	case <-a.Done():
+		t.Fatalf("a %v-long cut-off demoted the leader: %v", h.TTL/10, a.Err())
+	default:
+	}
+	if got, ok := a.Term(); !ok || got.Token != term.Token {
+		t.Fatalf("after a brief cut-off: Term = %v, %v; want %v", got, ok, term)
+	}
+}
+
+// testNestedKeys: "k" and "k/sub" are two elections.
+func testNestedKeys(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 5*h.TTL)
+	a, _ := h.NewElector(t, key, "a")
+	b, _ := h.NewElector(t, key+"/sub", "b")
+	if _, err := b.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ta, err := a.TryCampaign(ctx)
+	if err != nil {
+		t.Fatalf("TryCampaign on %q while %q is held: %v", key, key+"/sub", err)
+	}
+	if l, err := a.Leader(ctx); err != nil || l.Term.Token != ta.Token || l.Term.Identity != "a" {
+		t.Fatalf("Leader(%q) = %+v, %v; want a", key, l, err)
+	}
+	if l, err := b.Leader(ctx); err != nil || l.Term.Identity != "b" {
+		t.Fatalf("Leader(%q) = %+v, %v; want b", key+"/sub", l, err)
+	}
 }

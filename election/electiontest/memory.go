@@ -411,10 +411,20 @@ func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
 }
 
 // waitUntil re-reads t's position after every change until done says stop.
+// A request lost to a cut-off is retried (as real backends retry transient
+// failures) until ctx ends.
 func (s *session) waitUntil(ctx context.Context, t election.Ticket, done func(pos int, err error) (bool, error)) error {
 	for {
 		if err := s.c.gate(ctx); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		m := s.c.m
 		m.mu.Lock()
