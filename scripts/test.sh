@@ -13,6 +13,32 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
+# ZooKeeper's jars for the tests' own servers (internal/zkserver starts and
+# stops them; nothing is started here), Curator and kazoo for the interop
+# tests, and javac to compile their small Java program.
+step "system packages"
+need=()
+for pkg in zookeeper libcurator-recipes-java python3-kazoo; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+if [ ${#need[@]} -eq 0 ]; then
+  echo "zookeeper, libcurator-recipes-java, python3-kazoo and javac are installed"
+else
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: the tests need the Debian packages ${need[*]}, and this machine has no apt-get" >&2
+    exit 1
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "test.sh: the tests need the Debian packages ${need[*]}; run as root, or first:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${need[*]}" >&2
+    exit 1
+  fi
+  echo "installing: ${need[*]}"
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"
+fi
+
 step "modules"
 go mod download
 

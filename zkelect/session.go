@@ -32,8 +32,11 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	s := &session{b: b, id: id, opts: opts, renewals: make(chan election.Renewal, 1), done: make(chan struct{}),
 		loopDone: make(chan struct{}), nodes: map[string]uint64{}}
 	s.ctx, s.stop = context.WithCancel(context.Background())
-	g, err := s.confirm(ctx)
-	if err != nil {
+	var g election.Renewal
+	if err := retry(ctx, func() (err error) {
+		g, err = s.confirm(ctx)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	s.granted = g

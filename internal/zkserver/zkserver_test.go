@@ -1,0 +1,244 @@
+package zkserver
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+)
+
+// go-zookeeper's goroutines all end before its event channel closes, which
+// Conn.Close does not wait for; closeConn does, so no goleak option is
+// needed.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// zkLog collects go-zookeeper's log lines, to keep them out of the test
+// output unless a test fails and to read the negotiated session timeout.
+type zkLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *zkLog) Printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *zkLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+var authenticated = regexp.MustCompile(`authenticated: id=-?\d+, timeout=(\d+)`)
+
+// sessionTimeout is the timeout of the last session the server granted.
+// go-zookeeper logs it just after it reports StateHasSession, so wait for it.
+func (l *zkLog) sessionTimeout() time.Duration {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if m := authenticated.FindAllStringSubmatch(l.String(), -1); m != nil {
+			n, _ := strconv.Atoi(m[len(m)-1][1])
+			return time.Duration(n) * time.Millisecond
+		}
+	}
+	return 0
+}
+
+// connect opens a go-zookeeper session, waits until it has one and closes
+// it, waiting for its goroutines, at the end of the test.
+func connect(t *testing.T, servers []string, timeout time.Duration) (*zk.Conn, *zkLog) {
+	t.Helper()
+	log := &zkLog{}
+	conn, events, err := zk.Connect(servers, timeout, zk.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		for range events { // closed once the connection's goroutines are done
+		}
+		if t.Failed() {
+			t.Logf("go-zookeeper log:\n%s", log)
+		}
+	})
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				return conn, log
+			}
+		case <-deadline:
+			t.Fatalf("no session with %v after 10s; go-zookeeper log:\n%s", servers, log)
+		}
+	}
+}
+
+func startEnsemble(t *testing.T, opts Options) *Ensemble {
+	t.Helper()
+	if err := Installed(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	e, err := Start(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	t.Logf("%d server(s) serving after %v: %v", e.Len(), time.Since(began).Round(time.Millisecond), e.Endpoints())
+	return e
+}
+
+func TestStandalone(t *testing.T) {
+	t.Parallel()
+	e := startEnsemble(t, Options{})
+	if l, err := e.Leader(); err != nil || l != 0 {
+		t.Fatalf("Leader() = %d, %v; want 0", l, err)
+	}
+	if got := e.Endpoint(0); !strings.HasPrefix(got, "127.0.0.1:") || got != e.Endpoints()[0] {
+		t.Fatalf("Endpoint(0) = %q, Endpoints() = %q", got, e.Endpoints())
+	}
+
+	conn, _ := connect(t, e.Endpoints(), 2*time.Second)
+	if _, err := conn.Create("/a", []byte("hello"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if data, _, err := conn.Get("/a"); err != nil || string(data) != "hello" {
+		t.Fatalf("Get(/a) = %q, %v", data, err)
+	}
+
+	// The server clamps the requested session timeout to
+	// [MinSessionTimeout, MaxSessionTimeout] = [2, 20] ticks = [200ms, 2s].
+	for _, c := range []struct{ ask, want time.Duration }{
+		{50 * time.Millisecond, 200 * time.Millisecond},
+		{time.Second, time.Second},
+		{time.Hour, 2 * time.Second},
+	} {
+		_, log := connect(t, e.Endpoints(), c.ask)
+		if got := log.sessionTimeout(); got != c.want {
+			t.Errorf("asked for a %v session, got %v; want %v", c.ask, got, c.want)
+		}
+	}
+
+	// Kill and Restart keep the data.
+	if err := e.Kill(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Kill(0); err == nil {
+		t.Error("Kill of a stopped server succeeded")
+	}
+	if err := e.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	conn2, _ := connect(t, e.Endpoints(), 2*time.Second)
+	if data, _, err := conn2.Get("/a"); err != nil || string(data) != "hello" {
+		t.Fatalf("after restart, Get(/a) = %q, %v", data, err)
+	}
+
+	e.Close()
+	e.Close() // idempotent
+	if _, err := os.Stat(e.LogFile(0)); err != nil {
+		t.Errorf("Close removed the log: %v", err)
+	}
+	if err := e.Restart(0); err == nil {
+		t.Error("Restart after Close succeeded")
+	}
+}
+
+func TestEnsemble(t *testing.T) {
+	t.Parallel()
+	e := startEnsemble(t, Options{Servers: 3})
+	old, err := e.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		mode, err := srvrMode(e.Endpoint(i), time.Second)
+		if want := map[bool]string{true: "leader", false: "follower"}[i == old]; err != nil || mode != want {
+			t.Errorf("server %d: mode %q, %v; want %s", i, mode, err, want)
+		}
+	}
+
+	conn, _ := connect(t, e.Endpoints(), 2*time.Second)
+	if _, err := conn.Create("/x", []byte("before"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if data, _, err := conn.Get("/x"); err != nil || string(data) != "before" {
+		t.Fatalf("Get(/x) = %q, %v", data, err)
+	}
+
+	killed := time.Now()
+	if err := e.Kill(old); err != nil {
+		t.Fatal(err)
+	}
+	var leader int
+	for {
+		if leader, err = e.Leader(); err == nil {
+			break
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("no new leader 30s after killing server %d: %v", old, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if leader == old {
+		t.Fatalf("killed server %d still leads", old)
+	}
+	t.Logf("killed leader %d; server %d leads after %v", old, leader, time.Since(killed).Round(time.Millisecond))
+
+	// The client reconnects (its server may have been the dead leader, and
+	// followers drop their clients while they elect) and writes.
+	for {
+		_, err := conn.Set("/x", []byte("after"), -1)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, zk.ErrClosing) {
+			t.Fatalf("Set(/x) after failover: %v", err)
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("Set(/x) still failing 30s after failover: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("client wrote %v after the kill", time.Since(killed).Round(time.Millisecond))
+
+	// The old leader comes back as a follower with the new data.
+	if err := e.Restart(old); err != nil {
+		t.Fatal(err)
+	}
+	if mode, err := srvrMode(e.Endpoint(old), time.Second); err != nil || mode != "follower" {
+		t.Fatalf("restarted server %d: mode %q, %v; want follower", old, mode, err)
+	}
+	conn2, _ := connect(t, []string{e.Endpoint(old)}, 2*time.Second)
+	if _, err := conn2.Sync("/x"); err != nil {
+		t.Fatal(err)
+	}
+	if data, _, err := conn2.Get("/x"); err != nil || string(data) != "after" {
+		t.Fatalf("Get(/x) on restarted server %d = %q, %v", old, data, err)
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	o, err := Options{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Options{Servers: 1, TickTime: 100 * time.Millisecond, MinSessionTimeout: 200 * time.Millisecond,
+		MaxSessionTimeout: 2 * time.Second, StartTimeout: 60 * time.Second}
+	if o != want {
+		t.Fatalf("defaults = %+v, want %+v", o, want)
+	}
+	if _, err := (Options{MinSessionTimeout: time.Second, MaxSessionTimeout: time.Millisecond}).withDefaults(); err == nil {
+		t.Error("inverted session timeouts accepted")
+	}
+}
