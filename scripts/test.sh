@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# tenure's whole test suite, on a fresh machine: fetches what the tests need,
-# checks formatting and vet, runs the core with the race detector, then the
-# rest. The etcd the tests use is embedded (started and stopped by the tests
-# themselves on free loopback ports), so no server has to be installed.
+# tenure's whole test suite, on a fresh machine: installs what the tests need
+# (ZooKeeper, Curator, kazoo and a JDK from Debian's packages, when missing),
+# checks formatting and vet, runs the core and the backends with the race
+# detector, then the rest. The servers are started and stopped by the tests
+# themselves on free loopback ports: etcd embedded in the test process,
+# ZooKeeper as child processes (internal/zkserver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,7 +55,7 @@ step "go vet"
 go vet ./...
 
 step "tests (race detector on the core; goleak in every package's TestMain)"
-go test -race -count=1 -timeout 15m ./election/... ./etcdelect/...
+go test -race -count=1 -timeout 15m ./election/... ./etcdelect/... ./zkelect/...
 go test -count=1 -timeout 15m ./cmd/... ./internal/... ./test/...
 
 step "benchmarks, a few iterations each so they cannot rot (make bench measures)"
