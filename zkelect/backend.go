@@ -78,8 +78,8 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("%w: zookeeper: no servers", tenure.ErrInvalidConfig)
 	}
-	if sessionTimeout < time.Second || sessionTimeout%time.Millisecond != 0 {
-		return nil, fmt.Errorf("%w: zookeeper: session timeout %v must be at least 1s, in whole milliseconds", tenure.ErrInvalidConfig, sessionTimeout)
+	if err := CheckSessionTimeout(sessionTimeout); err != nil {
+		return nil, err
 	}
 	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, sessions: map[*session]struct{}{}, changed: make(chan struct{})}
 	var (
@@ -109,6 +109,16 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 		return nil, fmt.Errorf("%w: zookeeper negotiated a %v session timeout for the %v asked: the server's min/maxSessionTimeout exclude it", tenure.ErrInvalidConfig, got, sessionTimeout)
 	}
 	return b, nil
+}
+
+// CheckSessionTimeout refuses session timeouts below 1 s or not in whole
+// milliseconds (the server may refuse more; Dial reports that). Errors wrap
+// tenure.ErrInvalidConfig.
+func CheckSessionTimeout(d time.Duration) error {
+	if d < time.Second || d%time.Millisecond != 0 {
+		return fmt.Errorf("%w: zookeeper: session timeout %v must be at least 1s, in whole milliseconds", tenure.ErrInvalidConfig, d)
+	}
+	return nil
 }
 
 // zkLogger forwards go-zookeeper's messages to zap and reads the negotiated
@@ -228,10 +238,14 @@ func (b *Backend) Name() string { return Name }
 // and tenure reads after syncing through its own session's order.
 func (b *Backend) Linearizable() bool { return true }
 
+// CheckKey accepts absolute znode paths; see the package-level CheckKey.
+func (b *Backend) CheckKey(key string) error { return CheckKey(key) }
+
 // CheckKey accepts absolute znode paths: "/" followed by non-empty
 // components other than "." and "..", no trailing slash, no control or
-// non-UTF-8 characters, not under /zookeeper.
-func (b *Backend) CheckKey(key string) error {
+// non-UTF-8 characters, not under /zookeeper, at most 1024 bytes. Errors
+// wrap tenure.ErrInvalidConfig.
+func CheckKey(key string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: zookeeper: key %q %s", tenure.ErrInvalidConfig, key, why)
 	}

@@ -44,6 +44,11 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 		{"leader unreachable", []string{"leader", "--endpoints", "127.0.0.1:1", "--dial-timeout", "1s", "--key", "k"}, "cannot reach etcd"},
 		{"bad env", []string{"exec", "--key", "k", "--", "true"}, "TENURE_TTL"},
 		{"unknown command", []string{"elect"}, "unknown command"},
+		{"zk relative key", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "locks/a", "--", "true"}, "absolute path"},
+		{"zk key under /zookeeper", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/zookeeper/x", "--", "true"}, "reserves"},
+		{"zk sub-second ttl", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "500ms", "--grace", "0s", "--", "true"}, "at least 1s"},
+		{"zk ttl above the server's maximum", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "30s", "--", "true"}, "negotiated"},
+		{"zk unreachable", []string{"exec", "--backend", "zk", "--endpoints", "127.0.0.1:1", "--dial-timeout", "1s", "--key", "/k", "--", "true"}, "cannot reach zookeeper"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

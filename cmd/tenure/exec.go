@@ -18,7 +18,6 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
-	"github.com/tenure-go/tenure/etcdelect"
 )
 
 type execFlags struct {
@@ -34,7 +33,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	var f execFlags
 	f.register(fs)
-	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL: how long a crashed holder keeps KEY (whole seconds on etcd)")
+	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL: how long a crashed holder keeps KEY (whole seconds on etcd; the session timeout on zk)")
 	fs.StringVar(&f.identity, "identity", "", "identity shown to observers (default hostname-pid)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "if KEY is held, exit 0 at once without running CMD (cron on N replicas)")
 	fs.DurationVar(&f.grace, "grace", time.Second, "time CMD gets between SIGTERM and SIGKILL when leadership is lost")
@@ -56,6 +55,7 @@ exits 4. If tenure itself is killed, the kernel kills CMD.
 Examples:
   tenure exec --key backup --endpoints 10.0.0.1:2379 -- ./backup.sh
   tenure exec --key report --no-wait --ttl 30s -- ./report --date today
+  tenure exec --backend zk --endpoints zk1:2181,zk2:2181 --key /locks/backup -- ./backup.sh
 
 Flags:
 `)
@@ -91,7 +91,7 @@ func (f *execFlags) config() (election.Config, error) {
 	if err := f.validate(); err != nil {
 		return election.Config{}, err
 	}
-	if err := etcdelect.New(nil).CheckTTL(f.ttl); err != nil {
+	if err := f.checkTTL(f.ttl); err != nil {
 		return election.Config{}, err
 	}
 	if f.grace < 0 {
@@ -132,13 +132,13 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		}
 	}()
 
-	cli, err := f.connect(ctx)
+	b, closeBackend, err := f.open(ctx, cfg.TTL)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage
 	}
-	defer cli.Close()
-	e, err := election.New(etcdelect.New(cli), cfg, election.WithLogger(log))
+	defer closeBackend()
+	e, err := election.New(b, cfg, election.WithLogger(log))
 	if err != nil {
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage

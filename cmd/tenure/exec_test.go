@@ -11,20 +11,21 @@ import (
 	"time"
 
 	"github.com/tenure-go/tenure/election"
-	"github.com/tenure-go/tenure/etcdelect"
 	"github.com/tenure-go/tenure/internal/faultproxy"
 )
 
 // TestExec_ThreeNeverOverlapTermsGrow: three execs on one key run their
 // commands one after another, each under a larger TENURE_TERM.
-func TestExec_ThreeNeverOverlapTermsGrow(t *testing.T) {
-	key, dir := testKey(t), dirT(t)
+func TestExec_ThreeNeverOverlapTermsGrow(t *testing.T) { eachBackend(t, testThreeNeverOverlap) }
+
+func testThreeNeverOverlap(t *testing.T, v env) {
+	key, dir := v.key(t), dirT(t)
 	log := path(dir, "log")
 	script := `echo "start $TENURE_TERM $(date +%s%N) $TENURE_KEY $TENURE_BACKEND" >> ` + log +
 		`; sleep 0.3; echo "end $TENURE_TERM $(date +%s%N)" >> ` + log
 	var ps []*proc
 	for range 3 {
-		ps = append(ps, start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "2s", "--", "sh", "-c", script))
+		ps = append(ps, start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--", "sh", "-c", script)...))
 	}
 	for _, p := range ps {
 		if code := p.wait(t, 30*time.Second); code != 0 {
@@ -50,7 +51,7 @@ func TestExec_ThreeNeverOverlapTermsGrow(t *testing.T) {
 		if s[0] != "start" || e[0] != "end" || s[1] != e[1] {
 			t.Fatalf("runs overlap: %v then %v", s, e)
 		}
-		if s[3] != key || s[4] != "etcd" {
+		if want := map[string]string{"etcd": "etcd", "zk": "zookeeper"}[v.backend]; s[3] != key || s[4] != want {
 			t.Fatalf("TENURE_KEY/TENURE_BACKEND = %s/%s", s[3], s[4])
 		}
 		term, _ := strconv.ParseUint(s[1], 10, 64)
@@ -66,10 +67,11 @@ func TestExec_ThreeNeverOverlapTermsGrow(t *testing.T) {
 	}
 }
 
-func TestExec_NoWaitSkipsWhenHeld(t *testing.T) {
-	key, dir := testKey(t), dirT(t)
-	cli := newClient(t, endpoint)
-	holder, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "holder", TTL: 5 * time.Second})
+func TestExec_NoWaitSkipsWhenHeld(t *testing.T) { eachBackend(t, testNoWait) }
+
+func testNoWait(t *testing.T, v env) {
+	key, dir := v.key(t), dirT(t)
+	holder, err := election.New(v.electionBackend(t, 5*time.Second), election.Config{Key: key, Identity: "holder", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func TestExec_NoWaitSkipsWhenHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	marker := path(dir, "ran")
-	p := start(t, "exec", "--endpoints", endpoint, "--key", key, "--no-wait", "--", "touch", marker)
+	p := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--no-wait", "--", "touch", marker)...)
 	if code := p.wait(t, 15*time.Second); code != 0 {
 		t.Fatalf("--no-wait on a held key exited %d, want 0; stderr: %s", code, p.stderr)
 	}
@@ -89,11 +91,11 @@ func TestExec_NoWaitSkipsWhenHeld(t *testing.T) {
 		t.Fatalf("stderr %q does not say who holds the key", p.stderr)
 	}
 	// Nothing left behind: only the holder's entry remains.
-	waitQueued(t, cli, key, 1)
+	v.waitQueued(t, key, 1)
 	if err := holder.Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	p = start(t, "exec", "--endpoints", endpoint, "--key", key, "--no-wait", "--", "touch", marker)
+	p = start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--no-wait", "--", "touch", marker)...)
 	if code := p.wait(t, 15*time.Second); code != 0 {
 		t.Fatalf("--no-wait on a free key exited %d; stderr: %s", code, p.stderr)
 	}
@@ -104,14 +106,15 @@ func TestExec_NoWaitSkipsWhenHeld(t *testing.T) {
 
 // TestExec_SIGTERMHandsOverFast: SIGTERM reaches the command, and the next
 // waiter starts long before the 10 s TTL could have expired.
-func TestExec_SIGTERMHandsOverFast(t *testing.T) {
-	key, dir := testKey(t), dirT(t)
-	cli := newClient(t, endpoint)
-	a := start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "10s", "--",
-		"sh", "-c", `trap 'echo term > `+path(dir, "a-term")+`; exit 0' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do sleep 0.01; done`)
+func TestExec_SIGTERMHandsOverFast(t *testing.T) { eachBackend(t, testSIGTERM) }
+
+func testSIGTERM(t *testing.T, v env) {
+	key, dir := v.key(t), dirT(t)
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--",
+		"sh", "-c", `trap 'echo term > `+path(dir, "a-term")+`; exit 0' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do sleep 0.01; done`)...)
 	pidIn(t, path(dir, "a-pid"))
-	b := start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "10s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))
-	waitQueued(t, cli, key, 2)
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
 	sent := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -137,23 +140,24 @@ func TestExec_SIGTERMHandsOverFast(t *testing.T) {
 // command too (the kernel's parent-death signal), and the lease left behind
 // expires: the next waiter runs within TTL plus etcd's 0.5 s expiry check
 // and a handoff.
-func TestExec_KilledHolderReplacedWithinTTL(t *testing.T) {
-	key, dir := testKey(t), dirT(t)
-	cli := newClient(t, endpoint)
-	a := start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "2s", "--",
-		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; exec sleep 60`)
+func TestExec_KilledHolderReplacedWithinTTL(t *testing.T) { eachBackend(t, testKilledHolder) }
+
+func testKilledHolder(t *testing.T, v env) {
+	key, dir := v.key(t), dirT(t)
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
+		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; exec sleep 60`)...)
 	cmdPid := pidIn(t, path(dir, "a-pid"))
-	start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "2s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))
-	waitQueued(t, cli, key, 2)
+	start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
 	killed := time.Now()
 	if err := a.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
 	took := bStart.Sub(killed)
-	t.Logf("holder SIGKILLed → next command started in %v (TTL 2s)", took)
+	t.Logf("%s: holder SIGKILLed → next command started in %v (TTL 2s)", v.backend, took)
 	if bound := 2*time.Second + 700*time.Millisecond; took > bound {
-		t.Fatalf("failover took %v, above TTL + 0.7 s = %v", took, bound)
+		t.Fatalf("failover took %v, above TTL + 0.7 s = %v (etcd: 0.5 s lessor tick; ZooKeeper: one tickTime bucket; then a watch and a read)", took, bound)
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for alive(cmdPid) {
@@ -169,20 +173,21 @@ func TestExec_KilledHolderReplacedWithinTTL(t *testing.T) {
 // etcd SIGTERMs its command at the lease deadline and SIGKILLs it (here it
 // ignores SIGTERM) --grace later, before the server expires the lease and the
 // next waiter starts; tenure then exits 4.
-func TestExec_CutOffHolderStopsCommandBeforeSuccessor(t *testing.T) {
-	key, dir := testKey(t), dirT(t)
-	cli := newClient(t, endpoint)
-	proxy, err := faultproxy.New(endpoint)
+func TestExec_CutOffHolderStopsCommandBeforeSuccessor(t *testing.T) { eachBackend(t, testCutOff) }
+
+func testCutOff(t *testing.T, v env) {
+	key, dir := v.key(t), dirT(t)
+	proxy, err := faultproxy.New(v.endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
 	alive := path(dir, "a-alive")
-	a := start(t, "exec", "--endpoints", proxy.Addr(), "--key", key, "--ttl", "3s", "--grace", "300ms", "--",
-		"sh", "-c", `trap '' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`)
+	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "3s", "--grace", "300ms", "--",
+		"sh", "-c", `trap '' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`)...)
 	pidIn(t, path(dir, "a-pid"))
-	b := start(t, "exec", "--endpoints", endpoint, "--key", key, "--ttl", "3s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))
-	waitQueued(t, cli, key, 2)
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "3s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
 	cut := time.Now()
 	proxy.Blackhole()
 	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
@@ -190,8 +195,8 @@ func TestExec_CutOffHolderStopsCommandBeforeSuccessor(t *testing.T) {
 		t.Fatalf("cut-off holder exited %d, want %d; stderr: %s", code, exitLostLead, a.stderr)
 	}
 	lastAlive := nanos(t, waitFile(t, alive, time.Second))
-	t.Logf("cut off: command's last sign of life %v after the cut, successor started %v after (%v later)",
-		lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
+	t.Logf("%s cut off: command's last sign of life %v after the cut, successor started %v after (%v later)",
+		v.backend, lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
 	if !lastAlive.Before(bStart) {
 		t.Fatalf("the cut-off holder's command was alive %v after the successor started", lastAlive.Sub(bStart))
 	}
@@ -203,16 +208,18 @@ func TestExec_CutOffHolderStopsCommandBeforeSuccessor(t *testing.T) {
 	}
 }
 
-func TestExec_ExitsWithCommandStatus(t *testing.T) {
-	key := testKey(t)
-	p := start(t, "exec", "--endpoints", endpoint, "--key", key, "--", "sh", "-c", "exit 7")
+func TestExec_ExitsWithCommandStatus(t *testing.T) { eachBackend(t, testExitStatus) }
+
+func testExitStatus(t *testing.T, v env) {
+	key := v.key(t)
+	p := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", "exit 7")...)
 	if code := p.wait(t, 15*time.Second); code != 7 {
 		t.Fatalf("exit %d, want the command's 7; stderr: %s", code, p.stderr)
 	}
-	p = start(t, "exec", "--endpoints", endpoint, "--key", key, "--", "/nonexistent/cmd")
+	p = start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "/nonexistent/cmd")...)
 	if code := p.wait(t, 15*time.Second); code != 127 {
 		t.Fatalf("exit %d for a missing command, want 127; stderr: %s", code, p.stderr)
 	}
 	// Neither run left an entry behind.
-	waitQueued(t, newClient(t, endpoint), key, 0)
+	v.waitQueued(t, key, 0)
 }

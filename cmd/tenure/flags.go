@@ -15,7 +15,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/etcdelect"
+	"github.com/tenure-go/tenure/zkelect"
 )
 
 // common holds the flags every backend-facing subcommand takes.
@@ -27,9 +29,9 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.backend, "backend", "etcd", "backend: etcd")
+	fs.StringVar(&c.backend, "backend", "etcd", "backend: etcd or zk (ZooKeeper)")
 	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated HOST:PORT list of the backend's servers")
-	fs.StringVar(&c.key, "key", "", "election key (required)")
+	fs.StringVar(&c.key, "key", "", "election key (required; an absolute znode path such as /locks/report on zk)")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try to reach the backend before giving up")
 }
 
@@ -66,13 +68,23 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) 
 }
 
 func (c *common) validate() error {
-	if c.backend != "etcd" {
-		return fmt.Errorf("unknown backend %q (supported: etcd)", c.backend)
+	switch c.backend {
+	case "etcd":
+	case "zk", "zookeeper":
+		c.backend = "zookeeper"
+	default:
+		return fmt.Errorf("unknown backend %q (supported: etcd, zk)", c.backend)
 	}
 	if c.key == "" {
 		return errors.New("--key is required and must not be empty")
 	}
-	if err := etcdelect.New(nil).CheckKey(c.key); err != nil {
+	var err error
+	if c.backend == "etcd" {
+		err = etcdelect.New(nil).CheckKey(c.key)
+	} else {
+		err = zkelect.CheckKey(c.key)
+	}
+	if err != nil {
 		return err
 	}
 	if _, err := c.endpointList(); err != nil {
@@ -82,6 +94,41 @@ func (c *common) validate() error {
 		return fmt.Errorf("--dial-timeout %v must be positive", c.dialTimeout)
 	}
 	return nil
+}
+
+// checkTTL refuses a TTL the backend cannot honour.
+func (c *common) checkTTL(ttl time.Duration) error {
+	if c.backend == "etcd" {
+		return etcdelect.New(nil).CheckTTL(ttl)
+	}
+	return zkelect.CheckSessionTimeout(ttl)
+}
+
+// open connects to the backend (a ZooKeeper session's timeout is ttl) and
+// checks that it answers within the dial timeout, so that an unreachable
+// backend is an error and not a hang. close releases the connection.
+func (c *common) open(ctx context.Context, ttl time.Duration) (b election.Backend, close func(), err error) {
+	if c.backend == "etcd" {
+		cli, err := c.connect(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return etcdelect.New(cli), func() { cli.Close() }, nil
+	}
+	eps, err := c.endpointList()
+	if err != nil {
+		return nil, nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
+	defer cancel()
+	zb, err := zkelect.Dial(dctx, eps, ttl)
+	if err != nil {
+		if errors.Is(err, tenure.ErrUnavailable) {
+			return nil, nil, fmt.Errorf("cannot reach zookeeper at %s within %v: %w", c.endpoints, c.dialTimeout, err)
+		}
+		return nil, nil, err
+	}
+	return zb, zb.Close, nil
 }
 
 func (c *common) endpointList() ([]string, error) {

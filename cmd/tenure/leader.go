@@ -9,9 +9,9 @@ import (
 	"io"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/tenure-go/tenure"
-	"github.com/tenure-go/tenure/etcdelect"
 )
 
 type leaderJSON struct {
@@ -29,7 +29,7 @@ func cmdLeader(args []string, stdout, stderr io.Writer) int {
 	watch := fs.Bool("watch", false, "print every change of leader until interrupted")
 	asJSON := fs.Bool("json", false, "print JSON objects, one a line")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: tenure leader --key KEY [--endpoints HOST:PORT,...] [--watch] [--json]
+		fmt.Fprint(stderr, `Usage: tenure leader --key KEY [--backend etcd|zk] [--endpoints HOST:PORT,...] [--watch] [--json]
 
 Prints the holder of KEY as "IDENTITY term=N" (or "vacant"), and exits 3
 when KEY is vacant. Examples:
@@ -56,13 +56,12 @@ Flags:
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cli, err := c.connect(ctx)
+	b, closeBackend, err := c.open(ctx, 10*time.Second)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitUsage
 	}
-	defer cli.Close()
-	b := etcdelect.New(cli)
+	defer closeBackend()
 	print := func(l tenure.Leader) {
 		if *asJSON {
 			out, _ := json.Marshal(leaderJSON{Key: c.key, Vacant: l.Vacant, Identity: l.Term.Identity, Term: l.Term.Token, Backend: b.Name()})

@@ -14,14 +14,99 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/etcdelect"
 	"github.com/tenure-go/tenure/internal/etcdembed"
+	"github.com/tenure-go/tenure/internal/zkserver"
+	"github.com/tenure-go/tenure/zkelect"
 )
 
-var endpoint string
+var endpoint, zkEndpoint string
+
+// env is one backend the CLI tests run against.
+type env struct {
+	backend  string // the --backend flag
+	endpoint string
+}
+
+func (v env) key(t *testing.T) string {
+	k := testKey(t)
+	if v.backend == "zk" {
+		return "/" + k
+	}
+	return k
+}
+
+// flags are the --backend and --endpoints flags for v.
+func (v env) flags(endpoint string) []string {
+	if endpoint == "" {
+		endpoint = v.endpoint
+	}
+	return []string{"--backend", v.backend, "--endpoints", endpoint}
+}
+
+// eachBackend runs f as a subtest per backend.
+func eachBackend(t *testing.T, f func(t *testing.T, v env)) {
+	for _, v := range []env{{"etcd", endpoint}, {"zk", zkEndpoint}} {
+		t.Run(v.backend, func(t *testing.T) { f(t, v) })
+	}
+}
+
+// electionBackend opens a backend client for in-test candidates.
+func (v env) electionBackend(t *testing.T, ttl time.Duration) election.Backend {
+	t.Helper()
+	if v.backend == "zk" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := zkelect.Dial(ctx, []string{v.endpoint}, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		return b
+	}
+	return etcdelect.New(newClient(t, v.endpoint))
+}
+
+// queued returns how many candidates wait on (or hold) key.
+func (v env) queued(t *testing.T, key string) int {
+	t.Helper()
+	if v.backend == "zk" {
+		conn, _, err := zk.Connect([]string{v.endpoint}, 5*time.Second, zk.WithLogInfo(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		children, _, err := conn.Children(key)
+		if err != nil {
+			return 0
+		}
+		return len(children)
+	}
+	cli := newClient(t, v.endpoint)
+	r, err := cli.Get(context.Background(), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return -1
+	}
+	return int(r.Count)
+}
+
+// waitQueuedOn waits until key has n candidates.
+func (v env) waitQueued(t *testing.T, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for v.queued(t, key) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s never had %d candidates", key, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 // TestMain runs the test binary as the tenure CLI when TENURE_TEST_AS_CLI is
 // set, so the tests start real tenure processes without building one.
@@ -38,7 +123,18 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	endpoint = srv.Endpoint
+	if err := zkserver.Installed(); err != nil {
+		fmt.Fprintln(os.Stderr, "the CLI tests need ZooKeeper:", err)
+		os.Exit(1)
+	}
+	zks, err := zkserver.Start(filepath.Join(dir, "zk"), zkserver.Options{Servers: 1, MaxSessionTimeout: 20 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	zkEndpoint = zks.Endpoint(0)
 	code := m.Run()
+	zks.Close()
 	srv.Close()
 	os.RemoveAll(dir)
 	if code == 0 {
@@ -107,22 +203,6 @@ func newClient(t *testing.T, ep string) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
-}
-
-// waitQueued waits until key has n entries.
-func waitQueued(t *testing.T, cli *clientv3.Client, key string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		r, err := cli.Get(context.Background(), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err == nil && int(r.Count) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s never had %d entries", key, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // waitFile waits until path exists with content and returns it.
