@@ -1,0 +1,193 @@
+package zkelect_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
+	"github.com/tenure-go/tenure/internal/zkserver"
+	"github.com/tenure-go/tenure/zkelect"
+)
+
+// TestHerd_OneHandoffWakesOneWaiter: with 100 waiters queued, a handoff
+// delivers exactly one watch event, to the next in line.
+func TestHerd_OneHandoffWakesOneWaiter(t *testing.T) {
+	const waiters = 100
+	key := electiontest.Key(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	newElector := func(id string) (*election.Elector, *zkelect.Backend) {
+		b := dial(t, server.Endpoints())
+		t.Cleanup(b.Close)
+		e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close(context.Background()) })
+		return e, b
+	}
+	holder, _ := newElector("holder")
+	if _, err := holder.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		i  int
+		at time.Time
+	}
+	elected := make(chan result, waiters)
+	var backends []*zkelect.Backend
+	var wg sync.WaitGroup
+	for i := range waiters {
+		e, b := newElector(fmt.Sprintf("w%d", i))
+		backends = append(backends, b)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.Campaign(ctx); err == nil {
+				elected <- result{i, time.Now()}
+			}
+		}()
+	}
+	admin, _, err := zk.Connect(server.Endpoints(), ttl, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	waitUntil(t, "all waiters queued", func() bool {
+		c, _, err := admin.Children(key)
+		return err == nil && len(c) == waiters+1
+	})
+	// Waiters set their watches after queueing: let them settle.
+	time.Sleep(300 * time.Millisecond)
+	events := func() (n uint64) {
+		for _, b := range backends {
+			n += b.WatchEvents()
+		}
+		return n
+	}
+	before := events()
+	resigned := time.Now()
+	if err := holder.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-elected
+	time.Sleep(300 * time.Millisecond) // any herd would have woken by now
+	woken := events() - before
+	t.Logf("handoff to w%d took %v; watch events delivered to the 100 waiters: %d", first.i, first.at.Sub(resigned), woken)
+	if woken != 1 {
+		t.Fatalf("one handoff delivered %d watch events to the waiters, want exactly 1 (no herd)", woken)
+	}
+	select {
+	case r := <-elected:
+		t.Fatalf("w%d elected too, while w%d leads", r.i, first.i)
+	default:
+	}
+	cancel()
+	wg.Wait()
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEnsemble_LeaderServerKilled: on a three-server ensemble, killing the
+// ZooKeeper leader does not stop elections (the remaining quorum serves)
+// and never yields two leaders.
+func TestEnsemble_LeaderServerKilled(t *testing.T) {
+	ens, err := zkserver.Start(t.TempDir(), zkserver.Options{Servers: 3, MaxSessionTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ens.Close()
+	const sessionTimeout = 4 * time.Second
+	key := electiontest.Key(t)
+	var (
+		active, overlaps atomic.Int32
+		mu               sync.Mutex
+		terms            []uint64
+		killedAt         time.Time
+		afterKill        int
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		b, err := zkelect.Dial(dctx, ens.Endpoints(), sessionTimeout)
+		dcancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		e, err := election.New(b, election.Config{Key: key, Identity: fmt.Sprint(i), TTL: sessionTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close(context.Background())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := e.Run(ctx, tenure.Callbacks{OnElected: func(lctx context.Context, term tenure.Term) {
+				if active.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				mu.Lock()
+				terms = append(terms, term.Token)
+				if !killedAt.IsZero() {
+					afterKill++
+				}
+				mu.Unlock()
+				select {
+				case <-lctx.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+				active.Add(-1)
+			}})
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(terms) }
+	waitUntil(t, "elections before the kill", func() bool { return count() >= 20 })
+	leader, err := ens.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	killedAt = time.Now()
+	mu.Unlock()
+	if err := ens.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "elections after the kill", func() bool { mu.Lock(); defer mu.Unlock(); return afterKill >= 20 })
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("killed ZooKeeper leader server %d; %d elections in all, %d after the kill", leader, len(terms), afterKill)
+	if o := overlaps.Load(); o != 0 {
+		t.Fatalf("%d elections overlapped another leader", o)
+	}
+	for i := 1; i < len(terms); i++ {
+		if terms[i] <= terms[i-1] {
+			t.Fatalf("term %d after %d: terms must grow", terms[i], terms[i-1])
+		}
+	}
+}
