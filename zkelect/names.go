@@ -21,9 +21,13 @@ type contender struct {
 	seq  int64
 }
 
-// parseSeq returns the sequence number a child name ends in, and false when
-// the name does not end in exactly ten digits after a non-digit (or is only
-// the ten digits).
+// parseSeq returns the sequence number a child name ends in: ten digits
+// (ZooKeeper's "%010d"), or, once the parent's 32-bit counter has wrapped,
+// a minus sign and ten digits after the lock marker ("-lock--2147483648",
+// as kazoo parses them). It returns false for names without such a suffix,
+// or whose suffix has more digits. Wrapped (negative) sequences sort before
+// the others, as Curator and kazoo sort them. (Negatives of nine digits,
+// three billion creates under one path later, are not recognized.)
 func parseSeq(name string) (int64, bool) {
 	if len(name) < seqDigits {
 		return 0, false
@@ -34,14 +38,21 @@ func parseSeq(name string) (int64, bool) {
 			return 0, false
 		}
 	}
+	neg := false
 	if len(name) > seqDigits {
-		if c := name[len(name)-seqDigits-1]; c >= '0' && c <= '9' {
+		switch c := name[len(name)-seqDigits-1]; {
+		case c >= '0' && c <= '9':
 			return 0, false // more than ten digits: not a sequence suffix
+		case c == '-' && len(name) > seqDigits+1 && (name[len(name)-seqDigits-2] == '-' || name[len(name)-seqDigits-2] == '_'):
+			neg = true // "...-lock--2147483648", "...__lock__-2147483648"
 		}
 	}
 	n, err := strconv.ParseInt(tail, 10, 64)
-	if err != nil {
+	if err != nil || n > 1<<31 || (!neg && n >= 1<<31) {
 		return 0, false
+	}
+	if neg {
+		n = -n
 	}
 	return n, true
 }

@@ -1,0 +1,83 @@
+package zkelect
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseSeq(t *testing.T) {
+	cases := []struct {
+		name string
+		seq  int64
+		ok   bool
+	}{
+		{"_c_8c1a-lock-0000000042", 42, true},
+		{"f4989fab__lock__0000000000", 0, true},
+		{"0000000007", 7, true},
+		{"x-lock-2147483647", 2147483647, true},
+		{"x-lock--2147483648", -2147483648, true}, // the counter wrapped
+		{"x-lock--1000000001", -1000000001, true},
+		{"k__lock__-2147483600", -2147483600, true},
+		{"x-lock-00000000042", 0, false}, // eleven digits
+		{"x-lock-000000042", 0, false},   // nine digits
+		{"x-lock-00000000a1", 0, false},
+		{"lock", 0, false},
+		{"", 0, false},
+		{"x-lock-9999999999", 0, false}, // beyond ZooKeeper's int32
+	}
+	for _, c := range cases {
+		seq, ok := parseSeq(c.name)
+		if seq != c.seq || ok != c.ok {
+			t.Errorf("parseSeq(%q) = %d, %v; want %d, %v", c.name, seq, ok, c.seq, c.ok)
+		}
+	}
+}
+
+func TestContenders_OrderAcrossPrefixesAndWrap(t *testing.T) {
+	got := contenders([]string{
+		"_c_b-lock-0000000003", "abc__lock__0000000001", "sub", "_c_a-lock-0000000002",
+		"_c_w-lock--2147483647", "_c_v-lock--2147483648", "readme.txt",
+	})
+	var names []string
+	for _, c := range got {
+		names = append(names, c.name)
+	}
+	want := []string{"_c_v-lock--2147483648", "_c_w-lock--2147483647", "abc__lock__0000000001", "_c_a-lock-0000000002", "_c_b-lock-0000000003"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("contenders = %v, want %v", names, want)
+	}
+}
+
+func TestGUIDOf(t *testing.T) {
+	if g := guidOf("_c_0f1e2d3c-aaaa-4bbb-8ccc-0123456789ab-lock-0000000001"); g != "0f1e2d3c-aaaa-4bbb-8ccc-0123456789ab" {
+		t.Fatalf("guidOf = %q", g)
+	}
+	for _, n := range []string{"abc__lock__0000000001", "_c_-lock-0000000001", "_c_nolock"} {
+		if g := guidOf(n); g != "" {
+			t.Errorf("guidOf(%q) = %q, want empty", n, g)
+		}
+	}
+}
+
+// FuzzParseSeq: any child name, another client's included, parses without
+// panic, and every name ZooKeeper itself would make parses back.
+func FuzzParseSeq(f *testing.F) {
+	for _, s := range []string{"_c_x-lock-0000000001", "a__lock__0000000000", "x-lock--2147483648", "", "-", "0000000000", "--0000000001"} {
+		f.Add(s, int32(0))
+	}
+	f.Fuzz(func(t *testing.T, name string, n int32) {
+		parseSeq(name)
+		guidOf(name)
+		contenders([]string{name})
+		if n < 0 && n > -1_000_000_000 {
+			n = -n // ZooKeeper would print fewer digits: see parseSeq
+		}
+		made := fmt.Sprintf("%s-lock-%010d", strings.TrimRight(name, "0123456789-_"), n)
+		seq, ok := parseSeq(made)
+		if !ok || seq != int64(n) {
+			t.Fatalf("parseSeq(%q) = %d, %v; want %d", made, seq, ok, n)
+		}
+	})
+}
