@@ -25,6 +25,13 @@ func WithLogger(l *zap.Logger) Option {
 	}
 }
 
+// WithMetrics reports the elector's state and transitions on m (see
+// Metrics). Default: no metrics. Two Electors on the same key and backend
+// cannot share one Metrics.
+func WithMetrics(m *Metrics) Option {
+	return func(e *Elector) { e.rec.m = m }
+}
+
 // WithClock sets the clock read for lease deadlines. Default: the system
 // clock (time.Now).
 func WithClock(c Clock) Option {
@@ -43,6 +50,7 @@ type Elector struct {
 	cfg   Config
 	log   *zap.Logger
 	clock Clock
+	rec   recorder
 
 	campaignMu sync.Mutex // one campaign at a time
 	runMu      sync.Mutex // one Run at a time
@@ -69,7 +77,8 @@ type leadership struct {
 	done   chan struct{} // the loss watcher exited
 	work   chan struct{} // closed when Run's elected work has returned; nil outside Run
 
-	released bool // the entry was deleted (guarded by Elector.mu)
+	released bool      // the entry was deleted (guarded by Elector.mu)
+	ended    time.Time // when the term's context ended (guarded by Elector.mu)
 }
 
 // New returns an Elector for cfg.Key on b. It applies cfg's defaults,
@@ -95,6 +104,13 @@ func New(b Backend, cfg Config, opts ...Option) (*Elector, error) {
 		o(e)
 	}
 	e.log = e.log.With(zap.String("key", cfg.Key), zap.String("identity", cfg.Identity), zap.String("backend", b.Name()))
+	e.rec.key, e.rec.backend = cfg.Key, b.Name()
+	if e.rec.m != nil {
+		if err := e.rec.m.add(e); err != nil {
+			return nil, err
+		}
+		e.rec.init()
+	}
 	return e, nil
 }
 
@@ -122,7 +138,7 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	if err != nil {
 		return nil, e.ctxErr(ctx, err)
 	}
-	l := newLease(sess, e.clock, e.cfg.DeadlineMargin, e.cfg.CleanupTimeout, e.log)
+	l := newLease(sess, e.clock, e.cfg.DeadlineMargin, e.cfg.CleanupTimeout, e.log, e.rec.sessionLost)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -261,6 +277,7 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	}
 	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Since: e.clock.Now()}
 	ld := e.startLeadership(l, t, term, managed)
+	e.rec.elected(term.Since.Sub(start))
 	log.Info("elected", zap.Duration("waited", term.Since.Sub(start)), zap.Time("deadline", l.Deadline()))
 	return ld, nil
 }
@@ -341,8 +358,13 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed 
 			}
 			cancel(err)
 		}
-		if cause := context.Cause(ctx); !errors.Is(cause, tenure.ErrResigned) && !errors.Is(cause, tenure.ErrClosed) {
-			e.log.Warn("leadership lost", zap.Uint64("token", term.Token), zap.Error(cause))
+		cause := context.Cause(ctx)
+		e.mu.Lock()
+		ld.ended = e.clock.Now()
+		e.mu.Unlock()
+		e.rec.demoted(cause)
+		if !errors.Is(cause, tenure.ErrResigned) && !errors.Is(cause, tenure.ErrClosed) {
+			e.log.Warn("leadership lost", zap.Uint64("token", term.Token), zap.NamedError("reason", cause))
 		}
 	}()
 	e.mu.Lock()
@@ -524,5 +546,8 @@ func (e *Elector) Close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	e.wg.Wait()
+	if e.rec.m != nil {
+		e.rec.m.remove(e)
+	}
 	return err
 }

@@ -29,6 +29,7 @@ type lease struct {
 	stopCh chan struct{}
 	done   chan struct{}
 	closeT time.Duration
+	onLost func() // the session was lost (not closed)
 
 	mu        sync.Mutex
 	deadline  time.Time
@@ -38,7 +39,7 @@ type lease struct {
 	idle      chan struct{} // closed while holds == 0
 }
 
-func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log *zap.Logger) *lease {
+func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log *zap.Logger, onLost func()) *lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	g := sess.Granted()
 	l := &lease{
@@ -46,6 +47,7 @@ func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log
 		ctx: ctx, cancel: cancel,
 		stopCh: make(chan struct{}), done: make(chan struct{}),
 		closeT:   closeTimeout,
+		onLost:   onLost,
 		deadline: g.Sent.Add(g.TTL - margin),
 		idle:     closedCh,
 	}
@@ -151,6 +153,7 @@ func (l *lease) run() {
 				continue
 			}
 			l.cancel(tenure.ErrLeaseExpired)
+			l.onLost()
 			l.log.Warn("lease deadline passed without an acknowledged renewal; session abandoned")
 			// Do not release the entries before the server itself could
 			// expire the lease (the deadline is DeadlineMargin early), nor
@@ -169,6 +172,9 @@ func (l *lease) run() {
 				err = fmt.Errorf("%w: %w", tenure.ErrSessionExpired, err)
 			}
 			l.cancel(err)
+			if !errors.Is(err, tenure.ErrClosed) {
+				l.onLost()
+			}
 			l.log.Warn("session ended", zap.Error(err))
 			return
 		case <-l.stopCh:

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -32,10 +33,19 @@ func (e *Elector) Observe(ctx context.Context) <-chan tenure.Leader {
 		defer stopOnClose()
 		defer cancel()
 		var last tenure.Leader
+		var vacantSince time.Time
 		first := true
 		emit := func(l tenure.Leader) {
 			if !first && sameLeader(l, last) {
 				return
+			}
+			now := e.clock.Now()
+			switch {
+			case l.Vacant && !first && !last.Vacant:
+				vacantSince = now // a leader's loss, as observed
+			case !l.Vacant && !vacantSince.IsZero():
+				e.rec.failover(now.Sub(vacantSince))
+				vacantSince = time.Time{}
 			}
 			first, last = false, l
 			select { // latest wins: drop the stale value, if any

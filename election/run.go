@@ -32,14 +32,16 @@ import (
 func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 	e.runMu.Lock()
 	defer e.runMu.Unlock()
-	if cb.OnLeader != nil {
+	if cb.OnLeader != nil || e.rec.m != nil { // the observer also measures failovers
 		obsCtx, stopObs := context.WithCancel(ctx)
 		leaders := e.Observe(obsCtx)
 		obsDone := make(chan struct{})
 		go func() {
 			defer close(obsDone)
 			for l := range leaders {
-				e.safely("OnLeader", func() { cb.OnLeader(l) })
+				if cb.OnLeader != nil {
+					e.safely("OnLeader", func() { cb.OnLeader(l) })
+				}
 			}
 		}()
 		defer func() { stopObs(); <-obsDone }()
@@ -53,7 +55,7 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 		case errors.Is(err, tenure.ErrClosed), errors.Is(err, tenure.ErrInvalidConfig):
 			return err
 		default:
-			e.log.Info("campaign failed; retrying", zap.Error(err), zap.Duration("retry_in", e.cfg.RetryInterval))
+			e.log.Debug("campaign failed; retrying", zap.Error(err), zap.Duration("retry_in", e.cfg.RetryInterval))
 			if !sleepCtx(ctx, e.cfg.RetryInterval) {
 				return errors.Join(tenure.ErrCanceled, ctx.Err())
 			}
@@ -113,7 +115,11 @@ func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks
 		}
 		cancel()
 	}
-	e.log.Info("demoted", zap.Uint64("token", term.Token), zap.NamedError("reason", reason))
+	if errors.Is(reason, tenure.ErrResigned) || errors.Is(reason, tenure.ErrClosed) {
+		e.log.Info("demoted", zap.Uint64("token", term.Token), zap.NamedError("reason", reason))
+	} else {
+		e.log.Warn("demoted", zap.Uint64("token", term.Token), zap.NamedError("reason", reason))
+	}
 	return reason
 }
 

@@ -1,0 +1,201 @@
+package election
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenure-go/tenure"
+)
+
+// Metrics reports the state of every Elector given it with WithMetrics, on
+// one prometheus.Registerer, labelled by key and backend:
+//
+//	tenure_is_leader                  gauge: 1 while this process leads
+//	tenure_term                       gauge: the fencing token of the term this process holds (0 when it does not lead)
+//	tenure_transitions_total          counter by reason: elected, resigned, lease_expired, session_expired, ownership_lost, closed
+//	tenure_campaign_seconds           histogram: how long a successful campaign waited
+//	tenure_lease_remaining_seconds    gauge: time until the lease deadline (0 without a session)
+//	tenure_suspended                  gauge: 1 while renewals fail and the deadline has not passed
+//	tenure_session_expirations_total  counter: sessions lost (expired, revoked, or deadline passed)
+//	tenure_failover_seconds           histogram: from the observed loss of a leader to the next leader, as this process's watch saw it
+//
+// Gauges are computed when Prometheus scrapes. Create one Metrics per
+// registry; it is safe for concurrent use.
+type Metrics struct {
+	transitions *prometheus.CounterVec
+	campaign    *prometheus.HistogramVec
+	expirations *prometheus.CounterVec
+	failover    *prometheus.HistogramVec
+
+	isLeader, term, leaseRemaining, suspended *prometheus.Desc
+
+	mu       sync.Mutex
+	electors map[metricsKey]*Elector
+}
+
+type metricsKey struct{ key, backend string }
+
+// NewMetrics creates the metrics and registers them on reg (never on the
+// global registry unless reg is prometheus.DefaultRegisterer).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: nil prometheus.Registerer", tenure.ErrInvalidConfig)
+	}
+	labels := []string{"key", "backend"}
+	m := &Metrics{
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_transitions_total",
+			Help: "Leadership transitions of this process, by reason: elected, resigned, lease_expired, session_expired, ownership_lost, closed.",
+		}, append(labels, "reason")),
+		campaign: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tenure_campaign_seconds",
+			Help:    "How long successful campaigns waited before leading.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, labels),
+		expirations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_session_expirations_total",
+			Help: "Sessions this process lost: expired or revoked on the server, or abandoned when the lease deadline passed.",
+		}, labels),
+		failover: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tenure_failover_seconds",
+			Help:    "Time from the observed loss of a leader to the next leader, as this process's watch saw it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, labels),
+		isLeader:       prometheus.NewDesc("tenure_is_leader", "1 while this process leads the key, else 0.", labels, nil),
+		term:           prometheus.NewDesc("tenure_term", "Fencing token of the term this process holds; 0 when it does not lead.", labels, nil),
+		leaseRemaining: prometheus.NewDesc("tenure_lease_remaining_seconds", "Seconds until the lease deadline, after which a leader demotes itself; 0 without a session.", labels, nil),
+		suspended:      prometheus.NewDesc("tenure_suspended", "1 while lease renewals fail and the deadline has not passed yet, else 0.", labels, nil),
+		electors:       map[metricsKey]*Elector{},
+	}
+	if err := reg.Register(m); err != nil {
+		return nil, fmt.Errorf("tenure: register metrics: %w", err)
+	}
+	return m, nil
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.transitions.Describe(ch)
+	m.campaign.Describe(ch)
+	m.expirations.Describe(ch)
+	m.failover.Describe(ch)
+	ch <- m.isLeader
+	ch <- m.term
+	ch <- m.leaseRemaining
+	ch <- m.suspended
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.transitions.Collect(ch)
+	m.campaign.Collect(ch)
+	m.expirations.Collect(ch)
+	m.failover.Collect(ch)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for k, e := range m.electors {
+		t, leads := e.Term()
+		remaining := 0.0
+		if d := e.Deadline(); !d.IsZero() {
+			remaining = max(0, d.Sub(e.clock.Now()).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(m.isLeader, prometheus.GaugeValue, b2f(leads), k.key, k.backend)
+		ch <- prometheus.MustNewConstMetric(m.term, prometheus.GaugeValue, float64(t.Token), k.key, k.backend)
+		ch <- prometheus.MustNewConstMetric(m.leaseRemaining, prometheus.GaugeValue, remaining, k.key, k.backend)
+		ch <- prometheus.MustNewConstMetric(m.suspended, prometheus.GaugeValue, b2f(e.Suspended()), k.key, k.backend)
+	}
+}
+
+// add starts reporting e. Two Electors on one key and backend cannot share
+// a Metrics (their series would collide).
+func (m *Metrics) add(e *Elector) error {
+	k := metricsKey{e.cfg.Key, e.b.Name()}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, dup := m.electors[k]; dup {
+		return fmt.Errorf("%w: metrics: another Elector already reports key %q on %s", tenure.ErrInvalidConfig, k.key, k.backend)
+	}
+	m.electors[k] = e
+	return nil
+}
+
+// remove stops reporting e (at Close).
+func (m *Metrics) remove(e *Elector) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := metricsKey{e.cfg.Key, e.b.Name()}
+	if m.electors[k] == e {
+		delete(m.electors, k)
+	}
+}
+
+// reason maps a demotion cause onto the transitions label.
+func reason(cause error) string {
+	switch {
+	case errors.Is(cause, tenure.ErrClosed):
+		return "closed"
+	case errors.Is(cause, tenure.ErrLeaseExpired):
+		return "lease_expired"
+	case errors.Is(cause, tenure.ErrSessionExpired):
+		return "session_expired"
+	case errors.Is(cause, tenure.ErrOwnershipLost):
+		return "ownership_lost"
+	default:
+		return "resigned"
+	}
+}
+
+// recorder is what an Elector reports through; its methods are no-ops
+// without Metrics.
+type recorder struct {
+	m            *Metrics
+	key, backend string
+}
+
+func (r recorder) elected(waited time.Duration) {
+	if r.m == nil {
+		return
+	}
+	r.m.transitions.WithLabelValues(r.key, r.backend, "elected").Inc()
+	r.m.campaign.WithLabelValues(r.key, r.backend).Observe(waited.Seconds())
+}
+
+func (r recorder) demoted(cause error) {
+	if r.m != nil {
+		r.m.transitions.WithLabelValues(r.key, r.backend, reason(cause)).Inc()
+	}
+}
+
+func (r recorder) sessionLost() {
+	if r.m != nil {
+		r.m.expirations.WithLabelValues(r.key, r.backend).Inc()
+	}
+}
+
+func (r recorder) failover(d time.Duration) {
+	if r.m != nil {
+		r.m.failover.WithLabelValues(r.key, r.backend).Observe(d.Seconds())
+	}
+}
+
+// init creates the label series at zero, so dashboards see them before the
+// first event.
+func (r recorder) init() {
+	if r.m == nil {
+		return
+	}
+	for _, why := range []string{"elected", "resigned", "lease_expired", "session_expired", "ownership_lost", "closed"} {
+		r.m.transitions.WithLabelValues(r.key, r.backend, why)
+	}
+	r.m.expirations.WithLabelValues(r.key, r.backend)
+}

@@ -1,0 +1,152 @@
+package election
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Status is a snapshot of an Elector, as /status reports it.
+type Status struct {
+	// State is "leader", "suspended" (leading while renewals fail),
+	// "campaigning", "idle" or "closed".
+	State    string `json:"state"`
+	Key      string `json:"key"`
+	Identity string `json:"identity"`
+	Backend  string `json:"backend"`
+	// Term is the fencing token of the term this process holds, or 0.
+	Term uint64 `json:"term"`
+	// Leader is the key's leader as the backend reports it now (omitted
+	// when it could not be read).
+	Leader *LeaderStatus `json:"leader,omitempty"`
+	// Deadline is the lease deadline (zero without a session).
+	Deadline time.Time `json:"deadline,omitzero"`
+	// LeaseRemainingSeconds is the time until Deadline, 0 once passed.
+	LeaseRemainingSeconds float64 `json:"lease_remaining_seconds"`
+	// Position is how many candidates are ahead while campaigning (-1
+	// otherwise).
+	Position int `json:"position"`
+	// Wedged explains why /healthz fails, or is empty.
+	Wedged string `json:"wedged,omitempty"`
+}
+
+// LeaderStatus is the observed leader in a Status.
+type LeaderStatus struct {
+	Vacant   bool   `json:"vacant"`
+	Identity string `json:"identity,omitempty"`
+	Term     uint64 `json:"term,omitempty"`
+}
+
+// Status reads the elector's state; it asks the backend for the leader and
+// the queue position, on ctx.
+func (e *Elector) Status(ctx context.Context) Status {
+	st := Status{Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Position: -1}
+	e.mu.Lock()
+	closed, pending := e.closed, e.pending != nil
+	e.mu.Unlock()
+	t, leads := e.Term()
+	switch {
+	case closed:
+		st.State = "closed"
+	case leads && e.Suspended():
+		st.State = "suspended"
+	case leads:
+		st.State = "leader"
+	case pending:
+		st.State = "campaigning"
+	default:
+		st.State = "idle"
+	}
+	st.Term = t.Token
+	if d := e.Deadline(); !d.IsZero() {
+		st.Deadline = d
+		st.LeaseRemainingSeconds = max(0, d.Sub(e.clock.Now()).Seconds())
+	}
+	if l, err := e.Leader(ctx); err == nil {
+		st.Leader = &LeaderStatus{Vacant: l.Vacant, Identity: l.Term.Identity, Term: l.Term.Token}
+	}
+	if pending && !leads {
+		if n, err := e.Position(ctx); err == nil {
+			st.Position = n
+		}
+	}
+	st.Wedged = e.wedged()
+	return st
+}
+
+// wedged explains why this process is unhealthy: it believes it leads past
+// its lease deadline (the demotion did not happen), or its elected work
+// still runs StopTimeout after its term ended. Empty when healthy.
+func (e *Elector) wedged() string {
+	e.mu.Lock()
+	ld := e.lead
+	var ended time.Time
+	var workRunning bool
+	if ld != nil {
+		ended = ld.ended
+		if ld.work != nil {
+			select {
+			case <-ld.work:
+			default:
+				workRunning = true
+			}
+		}
+	}
+	e.mu.Unlock()
+	if ld == nil {
+		return ""
+	}
+	now := e.clock.Now()
+	if ld.ctx.Err() == nil && now.After(ld.lease.Deadline().Add(e.cfg.StopTimeout)) {
+		return "believes it leads past its lease deadline"
+	}
+	if workRunning && !ended.IsZero() && now.Sub(ended) > e.cfg.StopTimeout {
+		return "elected work still runs after its term ended"
+	}
+	return ""
+}
+
+// Handler serves HTTP endpoints for load balancers, supervisors and
+// Prometheus:
+//
+//	/healthz  200, or 503 when this process believes it leads past its lease
+//	          deadline or its elected work outlived its term (restart it)
+//	/leader   200 on the leader, 503 elsewhere (as Patroni's /primary, for
+//	          HAProxy and load balancers)
+//	/status   JSON Status
+//	/metrics  the metrics g gathers (omitted when g is nil)
+//
+// It is safe for concurrent use.
+func (e *Elector) Handler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if why := e.wedged(); why != "" {
+			http.Error(w, "unhealthy: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/leader", func(w http.ResponseWriter, r *http.Request) {
+		if t, ok := e.Term(); ok {
+			w.Header().Set("X-Tenure-Term", strconv.FormatUint(t.Token, 10))
+			_, _ = w.Write([]byte("leader\n"))
+			return
+		}
+		http.Error(w, "not leader", http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(e.Status(ctx))
+	})
+	if g != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	}
+	return mux
+}

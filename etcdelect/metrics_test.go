@@ -1,0 +1,289 @@
+package etcdelect_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
+	"github.com/tenure-go/tenure/etcdelect"
+)
+
+// TestMetricsAndEndpoints_ElectResignReelect drives a real election on
+// embedded etcd through elect → resign → re-elect and checks every metric
+// and HTTP endpoint on the leader and the follower after each step.
+func TestMetricsAndEndpoints_ElectResignReelect(t *testing.T) {
+	key := electiontest.Key(t)
+	ctx := ctxT(t, 30*time.Second)
+	type node struct {
+		e   *election.Elector
+		reg *prometheus.Registry
+		srv *httptest.Server
+		log *observer.ObservedLogs
+	}
+	newNode := func(id string) node {
+		reg := prometheus.NewRegistry()
+		m, err := election.NewMetrics(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		core, logs := observer.New(zap.DebugLevel)
+		cli := newClient(t, endpoint)
+		t.Cleanup(func() { cli.Close() })
+		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: 2 * time.Second},
+			election.WithMetrics(m), election.WithLogger(zap.New(core)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close(context.Background()) })
+		srv := httptest.NewServer(e.Handler(reg))
+		t.Cleanup(srv.Close)
+		return node{e, reg, srv, logs}
+	}
+	a, b := newNode("a"), newNode("b")
+	gauge := func(n node, name string) float64 {
+		t.Helper()
+		mfs, err := n.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				for _, m := range mf.GetMetric() {
+					if m.GetGauge() != nil {
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatalf("no gauge %s", name)
+		return 0
+	}
+	transitions := func(n node, reason string) float64 {
+		t.Helper()
+		c, err := testutil.GatherAndCount(n.reg, "tenure_transitions_total")
+		if err != nil || c == 0 {
+			t.Fatalf("tenure_transitions_total: %d series, %v", c, err)
+		}
+		mfs, _ := n.reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() != "tenure_transitions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" && l.GetValue() == reason {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatalf("no transitions series for reason %s", reason)
+		return 0
+	}
+	code := func(n node, path string) int {
+		t.Helper()
+		resp, err := http.Get(n.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	status := func(n node) election.Status {
+		t.Helper()
+		resp, err := http.Get(n.srv.URL + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st election.Status
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	check := func(step string, n node, leader bool, term uint64, elected, resigned float64) {
+		t.Helper()
+		want := map[bool]float64{true: 1, false: 0}[leader]
+		if got := gauge(n, "tenure_is_leader"); got != want {
+			t.Errorf("%s: tenure_is_leader = %v, want %v", step, got, want)
+		}
+		if got := gauge(n, "tenure_term"); got != float64(term) {
+			t.Errorf("%s: tenure_term = %v, want %v", step, got, term)
+		}
+		if got := transitions(n, "elected"); got != elected {
+			t.Errorf("%s: transitions{elected} = %v, want %v", step, got, elected)
+		}
+		if got := transitions(n, "resigned"); got != resigned {
+			t.Errorf("%s: transitions{resigned} = %v, want %v", step, got, resigned)
+		}
+		if got := gauge(n, "tenure_suspended"); got != 0 {
+			t.Errorf("%s: tenure_suspended = %v", step, got)
+		}
+		wantCode := map[bool]int{true: 200, false: 503}[leader]
+		if c := code(n, "/leader"); c != wantCode {
+			t.Errorf("%s: /leader = %d, want %d", step, c, wantCode)
+		}
+		if c := code(n, "/healthz"); c != 200 {
+			t.Errorf("%s: /healthz = %d, want 200", step, c)
+		}
+		if c := code(n, "/metrics"); c != 200 {
+			t.Errorf("%s: /metrics = %d", step, c)
+		}
+	}
+
+	// Step 1: a is elected; b waits.
+	ta, err := a.e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bTerm := make(chan uint64, 1)
+	go func() {
+		tb, err := b.e.Campaign(ctx)
+		if err != nil {
+			t.Errorf("b: %v", err)
+		}
+		bTerm <- tb.Token
+	}()
+	waitPos(t, b.e, 1)
+	check("a elected", a, true, ta.Token, 1, 0)
+	check("b waiting", b, false, 0, 0, 0)
+	if rem := gauge(a, "tenure_lease_remaining_seconds"); rem <= 0 || rem > 2 {
+		t.Errorf("tenure_lease_remaining_seconds = %v, want in (0, 2]", rem)
+	}
+	if st := status(b); st.State != "campaigning" || st.Position != 1 || st.Leader == nil || st.Leader.Identity != "a" || st.Leader.Term != ta.Token {
+		t.Errorf("b's /status = %+v", st)
+	}
+	if st := status(a); st.State != "leader" || st.Term != ta.Token {
+		t.Errorf("a's /status = %+v", st)
+	}
+
+	// Step 2: a resigns; b is elected.
+	if err := a.e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tb := <-bTerm
+	check("a resigned", a, false, 0, 1, 1)
+	check("b elected", b, true, tb, 1, 0)
+
+	// Step 3: a campaigns again behind b; b resigns; a is re-elected.
+	aTerm := make(chan uint64, 1)
+	go func() {
+		t2, err := a.e.Campaign(ctx)
+		if err != nil {
+			t.Errorf("a: %v", err)
+		}
+		aTerm <- t2.Token
+	}()
+	waitPos(t, a.e, 1)
+	if err := b.e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ta2 := <-aTerm
+	check("a re-elected", a, true, ta2, 2, 1)
+	check("b resigned", b, false, 0, 1, 1)
+	if ta2 <= tb || tb <= ta.Token {
+		t.Errorf("terms %d, %d, %d do not grow", ta.Token, tb, ta2)
+	}
+	if n, err := testutil.GatherAndCount(a.reg, "tenure_campaign_seconds"); err != nil || n != 1 {
+		t.Errorf("tenure_campaign_seconds series = %d, %v", n, err)
+	}
+
+	// Names and help texts follow Prometheus conventions.
+	problems, err := promlint.NewWithMetricFamilies(mustGather(t, a.reg)).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+
+	// The logger saw the transitions, with key and identity on every line
+	// and the term where known.
+	for _, msg := range []string{"elected", "resigned"} {
+		lines := a.log.FilterMessage(msg).All()
+		if len(lines) == 0 {
+			t.Errorf("no %q log line", msg)
+			continue
+		}
+		for _, l := range lines {
+			f := l.ContextMap()
+			if f["key"] != key || f["identity"] != "a" || f["token"] == nil {
+				t.Errorf("%q line lacks key/identity/token: %v", msg, f)
+			}
+			if l.Level != zap.InfoLevel {
+				t.Errorf("%q logged at %v, want info", msg, l.Level)
+			}
+		}
+	}
+}
+
+func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// TestMetrics_LeaseLossIsCountedAndLoggedAtWarn: a leader cut off from etcd
+// counts a lease_expired transition and a lost session, and logs the loss
+// at Warn with its reason.
+func TestMetrics_LeaseLossIsCountedAndLoggedAtWarn(t *testing.T) {
+	h := newHarness(t)
+	key := electiontest.Key(t)
+	reg := prometheus.NewRegistry()
+	m, err := election.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	b := h.NewBackend(t)
+	e, err := election.New(b, election.Config{Key: key, Identity: "a", TTL: 2 * time.Second}, election.WithMetrics(m), election.WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if _, err := e.Campaign(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	heal := h.CutOff(t, b)
+	defer heal()
+	waitFor(t, "suspension", func() bool {
+		return strings.Contains(gatherText(t, reg), `tenure_suspended{backend="etcd",key="`+key+`"} 1`)
+	})
+	<-e.Done()
+	out := gatherText(t, reg)
+	for _, want := range []string{
+		`tenure_transitions_total{backend="etcd",key="` + key + `",reason="lease_expired"} 1`,
+		`tenure_session_expirations_total{backend="etcd",key="` + key + `"} 1`,
+		`tenure_is_leader{backend="etcd",key="` + key + `"} 0`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	lost := logs.FilterMessage("leadership lost").All()
+	if len(lost) != 1 || lost[0].Level != zap.WarnLevel || !strings.Contains(lost[0].ContextMap()["reason"].(string), "lease deadline") {
+		t.Errorf("leadership loss log lines = %v", lost)
+	}
+}
+
+func gatherText(t *testing.T, g prometheus.Gatherer) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
