@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -14,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
 	"github.com/tenure-go/tenure"
@@ -22,11 +26,11 @@ import (
 
 type execFlags struct {
 	common
-	ttl      time.Duration
-	identity string
-	noWait   bool
-	grace    time.Duration
-	verbose  bool
+	ttl         time.Duration
+	identity    string
+	noWait      bool
+	grace       time.Duration
+	metricsAddr string
 }
 
 func cmdExec(args []string, stdout, stderr io.Writer) int {
@@ -37,7 +41,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.identity, "identity", "", "identity shown to observers (default hostname-pid)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "if KEY is held, exit 0 at once without running CMD (cron on N replicas)")
 	fs.DurationVar(&f.grace, "grace", time.Second, "time CMD gets between SIGTERM and SIGKILL when leadership is lost")
-	fs.BoolVar(&f.verbose, "verbose", false, "log the election's transitions to stderr")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz, /leader (200 on the holder, 503 elsewhere) and /status on HOST:PORT")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: tenure exec --key KEY [flags] -- CMD [ARG...]
 
@@ -76,11 +80,7 @@ Flags:
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage
 	}
-	log := zap.NewNop()
-	if f.verbose {
-		log = newStderrLogger(stderr)
-	}
-	return execRun(f, cfg, rest, log, stdout, stderr)
+	return execRun(f, cfg, rest, f.logger(stderr), stdout, stderr)
 }
 
 // config derives the elector's configuration. The lease deadline must leave
@@ -138,10 +138,31 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		return exitUsage
 	}
 	defer closeBackend()
-	e, err := election.New(b, cfg, election.WithLogger(log))
+	opts := []election.Option{election.WithLogger(log)}
+	var reg *prometheus.Registry
+	if f.metricsAddr != "" {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m, err := election.NewMetrics(reg)
+		if err != nil {
+			fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
+			return exitFailure
+		}
+		opts = append(opts, election.WithMetrics(m))
+	}
+	e, err := election.New(b, cfg, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage
+	}
+	if f.metricsAddr != "" {
+		stop, err := serveHTTP(f.metricsAddr, e.Handler(reg))
+		if err != nil {
+			fmt.Fprintf(stderr, "tenure exec: --metrics-addr: %s\n", oneLine(err))
+			_ = e.Close(context.Background())
+			return exitUsage
+		}
+		defer stop()
 	}
 	defer func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
@@ -267,4 +288,24 @@ func exitStatus(err error) int {
 		return ee.ExitCode()
 	}
 	return exitFailure
+}
+
+// serveHTTP serves h on addr until stop is called.
+func serveHTTP(addr string, h http.Handler) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }

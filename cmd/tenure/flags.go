@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
@@ -26,6 +27,8 @@ type common struct {
 	endpoints   string
 	key         string
 	dialTimeout time.Duration
+	logLevel    string
+	logFormat   string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -33,6 +36,8 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated HOST:PORT list of the backend's servers")
 	fs.StringVar(&c.key, "key", "", "election key (required; an absolute znode path such as /locks/report on zk)")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try to reach the backend before giving up")
+	fs.StringVar(&c.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "console", "log format on stderr: console or json")
 }
 
 // parse parses args, taking defaults from TENURE_<FLAG> environment
@@ -93,7 +98,25 @@ func (c *common) validate() error {
 	if c.dialTimeout <= 0 {
 		return fmt.Errorf("--dial-timeout %v must be positive", c.dialTimeout)
 	}
+	if _, err := zapcore.ParseLevel(c.logLevel); err != nil || c.logLevel == "" {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	if c.logFormat != "console" && c.logFormat != "json" {
+		return fmt.Errorf("--log-format %q: want console or json", c.logFormat)
+	}
 	return nil
+}
+
+// logger logs at --log-level in --log-format to w.
+func (c *common) logger(w io.Writer) *zap.Logger {
+	level, _ := zapcore.ParseLevel(c.logLevel)
+	var enc zapcore.Encoder
+	if c.logFormat == "json" {
+		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	} else {
+		enc = zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level))
 }
 
 // checkTTL refuses a TTL the backend cannot honour.
