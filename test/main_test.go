@@ -1,19 +1,26 @@
 // Package test holds tenure's cross-implementation benchmarks, run against
-// one embedded etcd server shared by the whole package.
+// one embedded etcd server and one standalone ZooKeeper server (a child
+// java process, internal/zkserver) shared by the whole package.
 package test
 
 import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/tenure-go/tenure/internal/etcdembed"
+	"github.com/tenure-go/tenure/internal/zkserver"
 )
 
 // endpoint is the client address (host:port) of the package's embedded etcd.
 var endpoint string
+
+// zkEndpoints are the client addresses (host:port) of the package's
+// standalone ZooKeeper server.
+var zkEndpoints []string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -32,14 +39,40 @@ func run(m *testing.M) int {
 		return 1
 	}
 	endpoint = srv.Endpoint
+
+	// One standalone ZooKeeper server, which grants session timeouts up to
+	// 20 s (the ZooKeeper benchmarks use 10 s). Its java process gets
+	// SIGKILL if this process dies first.
+	zkDir, err := os.MkdirTemp("", "tenure-test-zk-")
+	if err != nil {
+		srv.Close()
+		os.RemoveAll(dir)
+		fmt.Fprintln(os.Stderr, "temp dir:", err)
+		return 1
+	}
+	zks, err := zkserver.Start(zkDir, zkserver.Options{Servers: 1, MaxSessionTimeout: 20 * time.Second})
+	if err != nil {
+		srv.Close()
+		os.RemoveAll(dir)
+		os.RemoveAll(zkDir)
+		fmt.Fprintln(os.Stderr, "zookeeper:", err)
+		return 1
+	}
+	zkEndpoints = zks.Endpoints()
+
 	code := m.Run()
+	zks.Close()
+	os.RemoveAll(zkDir)
 	srv.Close()
 	os.RemoveAll(dir)
 
 	// Every client, session and elector a benchmark starts must be gone by
 	// now, and so must the embedded server's goroutines: embed.Etcd.Close
-	// waits for all of them (checked with this etcd version, v3.7.3), so no
-	// goroutine is ignored here.
+	// waits for all of them (checked with this etcd version, v3.7.3), and
+	// zkserver.Ensemble.Close waits for its servers' processes, so no
+	// goroutine is ignored here. (go-zookeeper's Conn.Close does not wait
+	// for its connection's goroutines, but they end within a few
+	// milliseconds; goleak.Find retries for a while before it reports.)
 	if err := goleak.Find(); err != nil {
 		fmt.Fprintln(os.Stderr, "goleak:", err)
 		if code == 0 {

@@ -41,7 +41,7 @@ type candidate struct {
 }
 
 type sample struct {
-	at                                  float64
+	at                                 float64
 	leader, term, remaining, suspended float64
 }
 
