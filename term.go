@@ -21,6 +21,10 @@ type Term struct {
 	Identity string
 	// Backend names the backend that issued the term ("etcd", "memory", ...).
 	Backend string
+	// Entry is the backend's own name for the leader's entry (etcd key,
+	// znode path), which backend-side fences compare against. Empty when
+	// unknown (an observer's view).
+	Entry string
 	// Since is the local time at which this process learned of the term. It
 	// is meaningful only on the machine that set it; never compare it with
 	// another machine's clock.

@@ -275,7 +275,7 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 		e.cleanup(ctx, l, t)
 		return nil, e.campaignErr(ctx, l, tenure.ErrLeaseExpired)
 	}
-	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Since: e.clock.Now()}
+	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Entry: t.Name, Since: e.clock.Now()}
 	ld := e.startLeadership(l, t, term, managed)
 	e.rec.elected(term.Since.Sub(start))
 	log.Info("elected", zap.Duration("waited", term.Since.Sub(start)), zap.Time("deadline", l.Deadline()))

@@ -22,6 +22,7 @@ import (
 //	tenure_suspended                  gauge: 1 while renewals fail and the deadline has not passed
 //	tenure_session_expirations_total  counter: sessions lost (expired, revoked, or deadline passed)
 //	tenure_failover_seconds           histogram: from the observed loss of a leader to the next leader, as this process's watch saw it
+//	tenure_lock_wait_seconds          histogram: how long Mutex.Lock waited
 //
 // Gauges are computed when Prometheus scrapes. Create one Metrics per
 // registry; it is safe for concurrent use.
@@ -30,6 +31,7 @@ type Metrics struct {
 	campaign    *prometheus.HistogramVec
 	expirations *prometheus.CounterVec
 	failover    *prometheus.HistogramVec
+	lockWait    *prometheus.HistogramVec
 
 	isLeader, term, leaseRemaining, suspended *prometheus.Desc
 
@@ -65,6 +67,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from the observed loss of a leader to the next leader, as this process's watch saw it.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, labels),
+		lockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tenure_lock_wait_seconds",
+			Help:    "How long Mutex.Lock waited for the lock.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, labels),
 		isLeader:       prometheus.NewDesc("tenure_is_leader", "1 while this process leads the key, else 0.", labels, nil),
 		term:           prometheus.NewDesc("tenure_term", "Fencing token of the term this process holds; 0 when it does not lead.", labels, nil),
 		leaseRemaining: prometheus.NewDesc("tenure_lease_remaining_seconds", "Seconds until the lease deadline, after which a leader demotes itself; 0 without a session.", labels, nil),
@@ -83,6 +90,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.campaign.Describe(ch)
 	m.expirations.Describe(ch)
 	m.failover.Describe(ch)
+	m.lockWait.Describe(ch)
 	ch <- m.isLeader
 	ch <- m.term
 	ch <- m.leaseRemaining
@@ -95,6 +103,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.campaign.Collect(ch)
 	m.expirations.Collect(ch)
 	m.failover.Collect(ch)
+	m.lockWait.Collect(ch)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b2f := func(b bool) float64 {
@@ -185,6 +194,12 @@ func (r recorder) sessionLost() {
 func (r recorder) failover(d time.Duration) {
 	if r.m != nil {
 		r.m.failover.WithLabelValues(r.key, r.backend).Observe(d.Seconds())
+	}
+}
+
+func (r recorder) lockWait(d time.Duration) {
+	if r.m != nil {
+		r.m.lockWait.WithLabelValues(r.key, r.backend).Observe(d.Seconds())
 	}
 }
 

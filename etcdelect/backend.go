@@ -118,7 +118,7 @@ func leaderOf(key string, kvs []*mvccpb.KeyValue) tenure.Leader {
 		return tenure.Leader{Key: key, Vacant: true}
 	}
 	return tenure.Leader{Key: key, Term: tenure.Term{
-		Token: uint64(kvs[0].CreateRevision), Key: key, Identity: string(kvs[0].Value), Backend: Name,
+		Token: uint64(kvs[0].CreateRevision), Key: key, Identity: string(kvs[0].Value), Backend: Name, Entry: string(kvs[0].Key),
 	}}
 }
 

@@ -403,7 +403,7 @@ func (b *Backend) leader(ctx context.Context, key string, watch bool) (tenure.Le
 			return tenure.Leader{}, nil, translate("get "+head, err)
 		}
 		return tenure.Leader{Key: key, Term: tenure.Term{
-			Token: uint64(n.stat.Czxid), Key: key, Identity: string(n.data), Backend: Name,
+			Token: uint64(n.stat.Czxid), Key: key, Identity: string(n.data), Backend: Name, Entry: head,
 		}}, res.ch, nil
 	}
 }

@@ -99,6 +99,10 @@ func Run(t *testing.T, h Harness) {
 		{"TwoRunsNeverRunWorkTwice", testTwoRuns},
 		{"BriefCutOffKeepsLeadership", testBriefCutOff},
 		{"NestedKeysAreIndependent", testNestedKeys},
+		{"MutexArrivalOrder", testMutexArrivalOrder},
+		{"MutexTryLockUnderContention", testMutexTryLock},
+		{"MutexLossCancelsContextBeforeNextHolder", testMutexLoss},
+		{"MutexGoroutinesOfOneProcessSerialize", testMutexGoroutines},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
@@ -958,5 +962,191 @@ func testNestedKeys(t *testing.T, h Harness) {
 	}
 	if l, err := b.Leader(ctx); err != nil || l.Term.Identity != "b" {
 		t.Fatalf("Leader(%q) = %+v, %v; want b", key+"/sub", l, err)
+	}
+}
+
+// NewMutex returns a Mutex on a new client of h's backend, closed at the end
+// of the test.
+func (h Harness) NewMutex(t testing.TB, key, identity string) (*election.Mutex, election.Backend) {
+	t.Helper()
+	b := h.NewBackend(t)
+	m, err := election.NewMutex(b, election.Config{Key: key, Identity: identity, TTL: h.TTL})
+	if err != nil {
+		t.Fatalf("election.NewMutex: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*h.TTL)
+		defer cancel()
+		_ = m.Close(ctx)
+	})
+	return m, b
+}
+
+func testMutexArrivalOrder(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 30*h.TTL)
+	holder, _ := h.NewMutex(t, key, "holder")
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := h.Arrivals
+	if n == 0 {
+		n = 6
+	}
+	order := make(chan string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		id := fmt.Sprintf("w%d", i)
+		m, _ := h.NewMutex(t, key, id)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.Lock(ctx); err != nil {
+				t.Errorf("%s: Lock: %v", id, err)
+				return
+			}
+			order <- id
+			if err := m.Unlock(ctx); err != nil {
+				t.Errorf("%s: Unlock: %v", id, err)
+			}
+		}()
+		waitFor(t, 5*h.TTL, id+" to queue", func() bool {
+			p, err := m.Position(ctx)
+			return err == nil && p == i+1
+		})
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	i := 0
+	for id := range order {
+		if want := fmt.Sprintf("w%d", i); id != want {
+			t.Fatalf("lock %d went to %s, want %s (arrival order)", i, id, want)
+		}
+		i++
+	}
+	if i != n {
+		t.Fatalf("%d of %d waiters got the lock", i, n)
+	}
+}
+
+func testMutexTryLock(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 10*h.TTL)
+	holder, _ := h.NewMutex(t, key, "holder")
+	th, err := holder.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock on a free lock: %v", err)
+	}
+	var wg sync.WaitGroup
+	var locked atomic.Int32
+	var others []*election.Mutex
+	for i := range 5 {
+		m, _ := h.NewMutex(t, key, fmt.Sprintf("t%d", i))
+		others = append(others, m)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.TryLock(ctx); !errors.Is(err, tenure.ErrLocked) {
+				t.Errorf("TryLock under contention = %v, want ErrLocked", err)
+				locked.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if locked.Load() != 0 || !holder.Held() {
+		t.Fatal("the holder lost the lock to a TryLock")
+	}
+	if _, err := holder.TryLock(ctx); !errors.Is(err, tenure.ErrLocked) {
+		t.Fatalf("TryLock by the holder's own process = %v, want ErrLocked", err)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The refused TryLocks left nothing behind: the lock is free.
+	mustVacant(t, h, key)
+	tn, err := others[0].TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after Unlock: %v", err)
+	}
+	if tn.Token <= th.Token {
+		t.Fatalf("term %d not above %d", tn.Token, th.Token)
+	}
+}
+
+func testMutexLoss(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 10*h.TTL)
+	a, ba := h.NewMutex(t, key, "a")
+	if _, err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lockCtx := a.Context()
+	b, _ := h.NewMutex(t, key, "b")
+	bAt := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.Lock(ctx); err != nil {
+			t.Errorf("b: %v", err)
+			return
+		}
+		bAt <- time.Now()
+	}()
+	waitFor(t, 5*h.TTL, "b to queue", func() bool { p, err := b.Position(ctx); return err == nil && p == 1 })
+	heal := h.CutOff(t, ba)
+	defer heal()
+	<-lockCtx.Done()
+	lostAt := time.Now()
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("Done not closed with the lock's context")
+	}
+	if !errors.Is(a.Err(), tenure.ErrLeaseExpired) || !errors.Is(context.Cause(lockCtx), tenure.ErrLeaseExpired) {
+		t.Fatalf("lost with %v / %v, want ErrLeaseExpired", a.Err(), context.Cause(lockCtx))
+	}
+	select {
+	case at := <-bAt:
+		if !at.After(lostAt) {
+			t.Fatalf("b locked at %v, before a's context ended at %v", at, lostAt)
+		}
+		t.Logf("a's lock context ended %v before b locked", at.Sub(lostAt))
+	case <-time.After(3 * h.TTL):
+		t.Fatal("b never got the lock")
+	}
+}
+
+func testMutexGoroutines(t *testing.T, h Harness) {
+	key := Key(t)
+	m, _ := h.NewMutex(t, key, "p")
+	ctx := ctxT(t, 10*h.TTL)
+	var inside, overlaps, rounds atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				if _, err := m.Lock(ctx); err != nil {
+					t.Errorf("Lock: %v", err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				rounds.Add(1)
+				if err := m.Unlock(ctx); err != nil {
+					t.Errorf("Unlock: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if overlaps.Load() != 0 || rounds.Load() != 20 {
+		t.Fatalf("%d overlaps in %d rounds: goroutines of one process must take turns", overlaps.Load(), rounds.Load())
 	}
 }
