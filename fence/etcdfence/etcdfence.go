@@ -1,0 +1,44 @@
+// Package etcdfence fences writes to etcd: a transaction that commits only
+// while the holder's key still exists with its create revision, that is,
+// while the holder still holds (no older key can appear, so a key that
+// still exists is still the oldest).
+package etcdfence
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/fence"
+)
+
+// Fence guards etcd writes. Safe for concurrent use.
+type Fence struct {
+	// Client is the etcd client the writes go through.
+	Client *clientv3.Client
+	// Metrics, when set, counts refusals (verifier "etcd").
+	Metrics *fence.Metrics
+}
+
+// Txn commits ops atomically if term's entry still has term's create
+// revision, and returns a *fence.StaleError otherwise. term must come from
+// an etcd election (Term.Entry set).
+func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if term.Entry == "" || term.Token == 0 || term.Backend != "etcd" {
+		return nil, fmt.Errorf("%w: etcdfence: term %v is not an etcd holder's", tenure.ErrInvalidConfig, term)
+	}
+	resp, err := f.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(term.Entry), "=", int64(term.Token))).
+		Then(ops...).
+		Commit()
+	if err != nil {
+		return nil, err
+	}
+	if !resp.Succeeded {
+		f.Metrics.Rejected(term.Key, "etcd")
+		return resp, &fence.StaleError{Resource: term.Key, Token: term.Token}
+	}
+	return resp, nil
+}

@@ -1,0 +1,106 @@
+// Package pgfence fences writes to PostgreSQL: the caller's write runs in
+// the same transaction as an update of a fence row that succeeds only when
+// the write's term is at least the highest the row has seen. A stale holder's
+// transaction finds no row to update and is rolled back; a concurrent newer
+// holder's update blocks it on the row lock until it commits, after which the
+// older term no longer qualifies.
+package pgfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/fence"
+)
+
+// DefaultTable is the fence table's name when Fence.Table is empty.
+const DefaultTable = "tenure_fence"
+
+// Beginner starts transactions: *pgx.Conn and *pgxpool.Pool both do.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Fence guards writes with a fence table. The zero value uses DefaultTable
+// and counts nothing. Safe for concurrent use.
+type Fence struct {
+	// Table is the fence table (created by Setup). Default: DefaultTable.
+	Table string
+	// Metrics, when set, counts refusals (verifier "postgres").
+	Metrics *fence.Metrics
+}
+
+var ident = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (f Fence) table() (string, error) {
+	t := f.Table
+	if t == "" {
+		t = DefaultTable
+	}
+	if !ident.MatchString(t) {
+		return "", fmt.Errorf("%w: pgfence: table name %q is not a lower-case SQL identifier", tenure.ErrInvalidConfig, t)
+	}
+	return t, nil
+}
+
+// Setup creates the fence table if it does not exist:
+// (name text primary key, token bigint not null).
+func (f Fence) Setup(ctx context.Context, db Beginner) error {
+	t, err := f.table()
+	if err != nil {
+		return err
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (name text PRIMARY KEY, token bigint NOT NULL)`); err != nil {
+		return fmt.Errorf("pgfence: create %s: %w", t, err)
+	}
+	return tx.Commit(ctx)
+}
+
+// Do runs write in a transaction that also moves resource's fence row to
+// token, and commits both only if token is at least the row's current
+// token. Otherwise it rolls back and returns a *fence.StaleError naming the
+// highest token seen. Errors from write roll back too and are returned.
+func (f Fence) Do(ctx context.Context, db Beginner, resource string, token uint64, write func(ctx context.Context, tx pgx.Tx) error) error {
+	t, err := f.table()
+	if err != nil {
+		return err
+	}
+	if token == 0 || token > math.MaxInt64 {
+		return fmt.Errorf("%w: pgfence: token %d out of range", tenure.ErrInvalidConfig, token)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, `INSERT INTO `+t+` (name, token) VALUES ($1, 0) ON CONFLICT (name) DO NOTHING`, resource); err != nil {
+		return fmt.Errorf("pgfence: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE `+t+` SET token = $2 WHERE name = $1 AND token <= $2`, resource, int64(token))
+	if err != nil {
+		return fmt.Errorf("pgfence: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		var highest int64
+		if err := tx.QueryRow(ctx, `SELECT token FROM `+t+` WHERE name = $1`, resource).Scan(&highest); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("pgfence: %w", err)
+		}
+		f.Metrics.Rejected(resource, "postgres")
+		return &fence.StaleError{Resource: resource, Token: token, Highest: uint64(highest)}
+	}
+	if err := write(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

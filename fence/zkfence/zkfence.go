@@ -1,0 +1,40 @@
+// Package zkfence fences writes to ZooKeeper: a Multi that commits only
+// while the holder's node still exists. Node names are sequential and never
+// reused, so a node that still exists is still the holder's, and still the
+// lowest.
+package zkfence
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/fence"
+)
+
+// Fence guards ZooKeeper writes. Safe for concurrent use.
+type Fence struct {
+	// Conn is the connection the writes go through.
+	Conn *zk.Conn
+	// Metrics, when set, counts refusals (verifier "zookeeper").
+	Metrics *fence.Metrics
+}
+
+// Multi runs ops (zk.CreateRequest, zk.SetDataRequest, zk.DeleteRequest,
+// ...) atomically with a check that term's node exists, and returns a
+// *fence.StaleError when it does not. term must come from a ZooKeeper
+// election (Term.Entry set).
+func (f Fence) Multi(term tenure.Term, ops ...any) ([]zk.MultiResponse, error) {
+	if term.Entry == "" || term.Token == 0 || term.Backend != "zookeeper" {
+		return nil, fmt.Errorf("%w: zkfence: term %v is not a ZooKeeper holder's", tenure.ErrInvalidConfig, term)
+	}
+	all := append([]any{&zk.CheckVersionRequest{Path: term.Entry, Version: -1}}, ops...)
+	resp, err := f.Conn.Multi(all...)
+	if len(resp) > 0 && errors.Is(resp[0].Error, zk.ErrNoNode) {
+		f.Metrics.Rejected(term.Key, "zookeeper")
+		return resp, &fence.StaleError{Resource: term.Key, Token: term.Token}
+	}
+	return resp, err
+}
