@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # tenure's whole test suite, on a fresh machine: installs what the tests need
-# (ZooKeeper, Curator, kazoo and a JDK from Debian's packages, when missing),
-# checks formatting and vet, runs the core and the backends with the race
-# detector, then the rest. The servers are started and stopped by the tests
-# themselves on free loopback ports: etcd embedded in the test process,
-# ZooKeeper as child processes (internal/zkserver).
+# (ZooKeeper, Curator, kazoo, a JDK and PostgreSQL from Debian's packages,
+# when missing), checks formatting and vet, runs the core and the backends with
+# the race detector, then the rest. The servers are started and stopped by the
+# tests themselves on free loopback ports: etcd embedded in the test process,
+# ZooKeeper and PostgreSQL as child processes (internal/zkserver,
+# internal/pgserver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,17 +16,19 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
-# ZooKeeper's jars for the tests' own servers (internal/zkserver starts and
-# stops them; nothing is started here), Curator and kazoo for the interop
-# tests, and javac to compile their small Java program.
+# ZooKeeper's jars and PostgreSQL's programs for the tests' own servers
+# (internal/zkserver and internal/pgserver start and stop them; nothing is
+# started here, and the cluster Debian's postgresql package may start on port
+# 5432 goes unused), Curator and kazoo for the interop tests, and javac to
+# compile their small Java program.
 step "system packages"
 need=()
-for pkg in zookeeper libcurator-recipes-java python3-kazoo; do
+for pkg in zookeeper libcurator-recipes-java python3-kazoo postgresql; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 if [ ${#need[@]} -eq 0 ]; then
-  echo "zookeeper, libcurator-recipes-java, python3-kazoo and javac are installed"
+  echo "zookeeper, libcurator-recipes-java, python3-kazoo, postgresql and javac are installed"
 else
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need the Debian packages ${need[*]}, and this machine has no apt-get" >&2
@@ -55,7 +58,7 @@ step "go vet"
 go vet ./...
 
 step "tests (race detector on the core; goleak in every package's TestMain)"
-go test -race -count=1 -timeout 15m ./election/... ./etcdelect/... ./zkelect/...
+go test -race -count=1 -timeout 15m ./election/... ./etcdelect/... ./zkelect/... ./fence/...
 go test -count=1 -timeout 15m ./cmd/... ./internal/... ./test/...
 
 step "benchmarks, a few iterations each so they cannot rot (make bench measures)"
