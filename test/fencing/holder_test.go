@@ -53,7 +53,7 @@ func holderMain() int {
 		return 1
 	}
 	defer pool.Close()
-	fmt.Printf("LOCKED %d\n", term.Token)
+	fmt.Printf("LOCKED %d %s\n", term.Token, term.Entry)
 	report := func(verifier string, err error) {
 		switch {
 		case err == nil:

@@ -23,6 +23,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -102,7 +104,9 @@ type site struct {
 	backend string
 	newLock func(t testing.TB, key, id string) *election.Mutex
 	write   func(t testing.TB, term tenure.Term, value string) error // the backend-side fenced write
-	read    func(t testing.TB) string
+	// writeCounted is write with refusals counted on m.
+	writeCounted func(t testing.TB, term tenure.Term, value string, m *fence.Metrics) error
+	read         func(t testing.TB) string
 }
 
 // TestPause_EveryVerifierRefusesTheFrozenHolder: holder A (a child
@@ -175,7 +179,8 @@ func testPause(ctx context.Context, t *testing.T, s site, pool *pgxpool.Pool) {
 		}
 	}
 	var tokenA uint64
-	if _, err := fmt.Sscanf(next(), "LOCKED %d", &tokenA); err != nil {
+	var entryA string
+	if _, err := fmt.Sscanf(next(), "LOCKED %d %s", &tokenA, &entryA); err != nil {
 		t.Fatalf("A did not lock: %v", err)
 	}
 	// A writes once while it holds: accepted everywhere.
@@ -228,6 +233,26 @@ func testPause(ctx context.Context, t *testing.T, s site, pool *pgxpool.Pool) {
 			t.Errorf("%s accepted or failed A's stale write: %q, want stale", v, results[v])
 		}
 	}
+	// The same stale term sent from here counts as a rejection by each
+	// verifier's metrics.
+	reg := prometheus.NewRegistry()
+	m, err := fence.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	termA := tenure.Term{Token: tokenA, Key: key, Backend: s.backend, Entry: entryA}
+	if err := s.writeCounted(t, termA, "A-late", m); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("%s fence with A's term from here: %v, want stale", s.backend, err)
+	}
+	if err := (pgfence.Fence{Metrics: m}).Do(ctx, pool, key, tokenA, insert(key, "A-late", tokenA)); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("postgres with A's term from here: %v, want stale", err)
+	}
+	for _, v := range []string{s.backend, "postgres"} {
+		if got := testutil.ToFloat64(m.Rejections().WithLabelValues(key, v)); got != 1 {
+			t.Errorf("tenure_fence_rejections_total{key, backend=%q} = %v, want 1", v, got)
+		}
+	}
+
 	// B's data is intact.
 	if got := s.read(t); got != "B" {
 		t.Errorf("%s holds %q after A's stale write, want B", s.backend, got)
@@ -300,6 +325,10 @@ func etcdSite(t testing.TB, endpoint string) site {
 			_, err := etcdfence.Fence{Client: cli}.Txn(context.Background(), term, clientv3.OpPut(data, v))
 			return err
 		},
+		writeCounted: func(t testing.TB, term tenure.Term, v string, m *fence.Metrics) error {
+			_, err := etcdfence.Fence{Client: cli, Metrics: m}.Txn(context.Background(), term, clientv3.OpPut(data, v))
+			return err
+		},
 		read: func(t testing.TB) string {
 			r, err := cli.Get(context.Background(), data)
 			if err != nil || len(r.Kvs) == 0 {
@@ -350,6 +379,10 @@ func zkSite(t testing.TB, endpoint string) site {
 				}
 				return err
 			}
+		},
+		writeCounted: func(t testing.TB, term tenure.Term, v string, m *fence.Metrics) error {
+			_, err := zkfence.Fence{Conn: conn, Metrics: m}.Multi(term, &zk.SetDataRequest{Path: data, Data: []byte(v), Version: -1})
+			return err
 		},
 		read: func(t testing.TB) string {
 			d, _, err := conn.Get(data)
