@@ -44,8 +44,9 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	s := &session{
 		cli: b.cli, id: resp.ID, opts: opts,
 		granted:  election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second},
-		renewals: make(chan election.Renewal, 1), done: make(chan struct{}), loopDone: make(chan struct{}),
+		loopDone: make(chan struct{}),
 	}
+	s.Init()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	go s.keepAlive()
 	return s, nil
@@ -58,7 +59,7 @@ type session struct {
 	opts    election.SessionOptions
 	granted election.Renewal
 
-	renewals chan election.Renewal
+	election.SessionSignals
 
 	ownMu  sync.Mutex
 	parked *ownWatch // handed from WaitHead to WatchLoss
@@ -66,50 +67,13 @@ type session struct {
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
 	loopDone chan struct{}
-
-	done     chan struct{}
-	doneOnce sync.Once
-	errMu    sync.Mutex
-	err      error
 }
 
-func (s *session) Granted() election.Renewal         { return s.granted }
-func (s *session) Renewals() <-chan election.Renewal { return s.renewals }
-func (s *session) Done() <-chan struct{}             { return s.done }
-
-func (s *session) Err() error {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	return s.err
-}
-
-func (s *session) end(err error) {
-	s.doneOnce.Do(func() {
-		s.errMu.Lock()
-		s.err = err
-		s.errMu.Unlock()
-		close(s.done)
-	})
-}
-
-// push delivers r, replacing an unread older outcome.
-func (s *session) push(r election.Renewal) {
-	for {
-		select {
-		case s.renewals <- r:
-			return
-		default:
-		}
-		select {
-		case <-s.renewals:
-		default:
-		}
-	}
-}
+func (s *session) Granted() election.Renewal { return s.granted }
 
 func (s *session) expired(cause error) error {
 	err := fmt.Errorf("%w: etcd lease %x: %w", tenure.ErrSessionExpired, int64(s.id), cause)
-	s.end(err)
+	s.End(err)
 	return err
 }
 
@@ -138,11 +102,11 @@ func (s *session) keepAlive() {
 			s.expired(err)
 			return
 		case err != nil:
-			s.push(election.Renewal{Err: translate("keepalive", err)})
+			s.Push(election.Renewal{Err: translate("keepalive", err)})
 			t.Reset(every / 4)
 			continue
 		}
-		s.push(election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second})
+		s.Push(election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second})
 		t.Reset(every)
 	}
 }
@@ -151,7 +115,7 @@ func (s *session) keepAlive() {
 func (s *session) Close(ctx context.Context) error {
 	s.stop()
 	<-s.loopDone
-	defer s.end(tenure.ErrClosed)
+	defer s.End(tenure.ErrClosed)
 	if _, err := s.cli.Revoke(ctx, s.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return translate("revoke", err)
 	}

@@ -330,7 +330,7 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
 			if ev.Type == zk.EventNodeDeleted {
 				return s.lost(t)
 			}
-		case <-s.done:
+		case <-s.Done():
 			return s.Err()
 		case <-ctx.Done():
 			return ctx.Err()
@@ -361,7 +361,7 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 			if ev.Type == zk.EventNodeDeleted || !s.alive() {
 				return s.lost(t)
 			}
-		case <-s.done:
+		case <-s.Done():
 			return s.lost(t)
 		case <-ctx.Done():
 			return ctx.Err()

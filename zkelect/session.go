@@ -29,8 +29,8 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	if err != nil {
 		return nil, translate("session", err)
 	}
-	s := &session{b: b, id: id, opts: opts, renewals: make(chan election.Renewal, 1), done: make(chan struct{}),
-		loopDone: make(chan struct{}), nodes: map[string]uint64{}}
+	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), nodes: map[string]uint64{}}
+	s.Init()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	var g election.Renewal
 	if err := retry(ctx, func() (err error) {
@@ -56,45 +56,29 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 // ends when that ZooKeeper session does, even if go-zookeeper opens a new
 // one.
 type session struct {
-	b        *Backend
-	id       int64
-	opts     election.SessionOptions
-	granted  election.Renewal
-	renewals chan election.Renewal
+	b       *Backend
+	id      int64
+	opts    election.SessionOptions
+	granted election.Renewal
+	election.SessionSignals
 
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
 	loopDone chan struct{}
 
-	done     chan struct{}
-	doneOnce sync.Once
-	errMu    sync.Mutex
-	err      error
-
 	mu    sync.Mutex
 	nodes map[string]uint64 // path → czxid of the nodes this session created and holds
 }
 
-func (s *session) Granted() election.Renewal         { return s.granted }
-func (s *session) Renewals() <-chan election.Renewal { return s.renewals }
-func (s *session) Done() <-chan struct{}             { return s.done }
+func (s *session) Granted() election.Renewal { return s.granted }
 
-func (s *session) Err() error {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	return s.err
-}
-
+// end ends the session and stops the Backend's tracking of it.
 func (s *session) end(err error) {
-	s.doneOnce.Do(func() {
-		s.errMu.Lock()
-		s.err = err
-		s.errMu.Unlock()
-		close(s.done)
+	if s.End(err) {
 		s.b.mu.Lock()
 		delete(s.b.sessions, s)
 		s.b.mu.Unlock()
-	})
+	}
 }
 
 func (s *session) expired(cause error) error {
@@ -138,20 +122,6 @@ func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 	return election.Renewal{Sent: sent, TTL: ttl}, nil
 }
 
-func (s *session) push(r election.Renewal) {
-	for {
-		select {
-		case s.renewals <- r:
-			return
-		default:
-		}
-		select {
-		case <-s.renewals:
-		default:
-		}
-	}
-}
-
 // keepAlive confirms the session every RenewInterval (four times as often
 // after a failure).
 func (s *session) keepAlive() {
@@ -164,7 +134,7 @@ func (s *session) keepAlive() {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-s.done:
+		case <-s.Done():
 			return
 		case <-t.C:
 		}
@@ -177,11 +147,11 @@ func (s *session) keepAlive() {
 		case errors.Is(err, tenure.ErrSessionExpired):
 			return
 		case err != nil:
-			s.push(election.Renewal{Err: err})
+			s.Push(election.Renewal{Err: err})
 			t.Reset(every / 4)
 			continue
 		}
-		s.push(r)
+		s.Push(r)
 		t.Reset(every)
 	}
 }

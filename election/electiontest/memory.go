@@ -250,9 +250,9 @@ func (c *Client) OpenSession(ctx context.Context, opts election.SessionOptions) 
 	m.mu.Unlock()
 	s := &session{
 		c: c, id: id, opts: opts, granted: election.Renewal{Sent: sent, TTL: opts.TTL},
-		renewals: make(chan election.Renewal, 1), done: make(chan struct{}),
 		stop: make(chan struct{}), loopDone: make(chan struct{}),
 	}
+	s.Init()
 	go s.keepAlive()
 	return s, nil
 }
@@ -263,49 +263,14 @@ type session struct {
 	opts    election.SessionOptions
 	granted election.Renewal
 
-	renewals chan election.Renewal
-	done     chan struct{}
-	doneOnce sync.Once
-	errMu    sync.Mutex
-	err      error
+	election.SessionSignals
 
 	stop     chan struct{}
 	stopOnce sync.Once
 	loopDone chan struct{}
 }
 
-func (s *session) Granted() election.Renewal         { return s.granted }
-func (s *session) Renewals() <-chan election.Renewal { return s.renewals }
-func (s *session) Done() <-chan struct{}             { return s.done }
-
-func (s *session) Err() error {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	return s.err
-}
-
-func (s *session) end(err error) {
-	s.doneOnce.Do(func() {
-		s.errMu.Lock()
-		s.err = err
-		s.errMu.Unlock()
-		close(s.done)
-	})
-}
-
-func (s *session) push(r election.Renewal) {
-	for {
-		select {
-		case s.renewals <- r:
-			return
-		default:
-		}
-		select { // latest wins
-		case <-s.renewals:
-		default:
-		}
-	}
-}
+func (s *session) Granted() election.Renewal { return s.granted }
 
 func (s *session) alive() bool {
 	s.c.m.mu.Lock()
@@ -329,7 +294,7 @@ func (s *session) keepAlive() {
 		err := s.c.gate(ctx)
 		cancel()
 		if err != nil {
-			s.push(election.Renewal{Err: err})
+			s.Push(election.Renewal{Err: err})
 			continue
 		}
 		m := s.c.m
@@ -340,17 +305,17 @@ func (s *session) keepAlive() {
 		}
 		m.mu.Unlock()
 		if !ok {
-			s.end(fmt.Errorf("%w: lease %d not found", tenure.ErrSessionExpired, s.id))
+			s.End(fmt.Errorf("%w: lease %d not found", tenure.ErrSessionExpired, s.id))
 			return
 		}
-		s.push(election.Renewal{Sent: sent, TTL: s.opts.TTL})
+		s.Push(election.Renewal{Sent: sent, TTL: s.opts.TTL})
 	}
 }
 
 func (s *session) Close(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.loopDone
-	defer s.end(tenure.ErrClosed)
+	defer s.End(tenure.ErrClosed)
 	if err := s.c.gate(ctx); err != nil {
 		return err
 	}
@@ -395,7 +360,7 @@ func (s *session) positionLocked(t election.Ticket) (int, error) {
 	}
 	if _, ok := m.sessions[s.id]; !ok {
 		err := fmt.Errorf("%w: lease %d not found", tenure.ErrSessionExpired, s.id)
-		s.end(err)
+		s.End(err)
 		return 0, err
 	}
 	return 0, fmt.Errorf("%w: entry %d of %q is gone", tenure.ErrOwnershipLost, t.Token, t.Key)
