@@ -1065,6 +1065,9 @@ func testMutexTryLock(t *testing.T, h Harness) {
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatalf("second Unlock: %v (Unlock is idempotent)", err)
+	}
 	// The refused TryLocks left nothing behind: the lock is free.
 	mustVacant(t, h, key)
 	tn, err := others[0].TryLock(ctx)

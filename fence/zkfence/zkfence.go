@@ -1,7 +1,7 @@
 // Package zkfence fences writes to ZooKeeper: a Multi that commits only
-// while the holder's node still exists. Node names are sequential and never
-// reused, so a node that still exists is still the holder's, and still the
-// lowest.
+// while the holder's node still exists with its version (0: tenure never
+// changes its nodes). Node names are sequential and never reused, so a node
+// that still exists is still the holder's, and still the lowest.
 package zkfence
 
 import (
@@ -23,16 +23,17 @@ type Fence struct {
 }
 
 // Multi runs ops (zk.CreateRequest, zk.SetDataRequest, zk.DeleteRequest,
-// ...) atomically with a check that term's node exists, and returns a
-// *fence.StaleError when it does not. term must come from a ZooKeeper
+// ...) atomically with a check that term's node exists at version 0, and
+// returns a *fence.StaleError when it does not (a node whose data someone
+// changed is refused too). term must come from a ZooKeeper
 // election (Term.Entry set).
 func (f Fence) Multi(term tenure.Term, ops ...any) ([]zk.MultiResponse, error) {
 	if term.Entry == "" || term.Token == 0 || term.Backend != "zookeeper" {
 		return nil, fmt.Errorf("%w: zkfence: term %v is not a ZooKeeper holder's", tenure.ErrInvalidConfig, term)
 	}
-	all := append([]any{&zk.CheckVersionRequest{Path: term.Entry, Version: -1}}, ops...)
+	all := append([]any{&zk.CheckVersionRequest{Path: term.Entry, Version: 0}}, ops...)
 	resp, err := f.Conn.Multi(all...)
-	if len(resp) > 0 && errors.Is(resp[0].Error, zk.ErrNoNode) {
+	if len(resp) > 0 && (errors.Is(resp[0].Error, zk.ErrNoNode) || errors.Is(resp[0].Error, zk.ErrBadVersion)) {
 		f.Metrics.Rejected(term.Key, "zookeeper")
 		return resp, &fence.StaleError{Resource: term.Key, Token: term.Token}
 	}

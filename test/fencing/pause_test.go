@@ -247,6 +247,9 @@ func testPause(ctx context.Context, t *testing.T, s site, pool *pgxpool.Pool) {
 	if err := (pgfence.Fence{Metrics: m}).Do(ctx, pool, key, tokenA, insert(key, "A-late", tokenA)); !errors.Is(err, fence.ErrStale) {
 		t.Errorf("postgres with A's term from here: %v, want stale", err)
 	}
+	if err := guard.Do(key, tokenA, func() error { return nil }); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("the in-process guard accepted A's term %d after B's %d: %v", tokenA, termB.Token, err)
+	}
 	for _, v := range []string{s.backend, "postgres"} {
 		if got := testutil.ToFloat64(m.Rejections().WithLabelValues(key, v)); got != 1 {
 			t.Errorf("tenure_fence_rejections_total{key, backend=%q} = %v, want 1", v, got)
