@@ -133,12 +133,34 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 		default:
 			return election.Ticket{}, translate("create "+prefix, err)
 		}
+		// Read the new node with a watch: the watch follows the node
+		// through WaitHead and WatchLoss, so neither sets another. The
+		// queue is read at the same time (the two requests share the
+		// connection), for WaitHead's first look.
+		children := make(chan []string, 1)
+		go func() {
+			c, err := call(ctx, s.b, func() ([]string, error) {
+				c, _, err := s.b.conn.Children(key)
+				return c, err
+			}, nil)
+			if err != nil {
+				c = nil
+			}
+			children <- c
+		}()
 		var st *zk.Stat
 		var ok bool
-		if err := retry(ctx, func() (err error) {
-			st, ok, err = s.stat(ctx, p)
+		var ch <-chan zk.Event
+		err = retry(ctx, func() (err error) {
+			ch, st, ok, err = s.watch(ctx, p)
 			return err
-		}); err != nil {
+		})
+		if c := <-children; c != nil && err == nil {
+			s.mu.Lock()
+			s.prefetched[p] = c
+			s.mu.Unlock()
+		}
+		if err != nil {
 			s.deleteLater(p)
 			return election.Ticket{}, err
 		}
@@ -150,6 +172,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 		}
 		s.mu.Lock()
 		s.nodes[p] = uint64(st.Czxid)
+		s.parked[p] = ch
 		s.mu.Unlock()
 		return election.Ticket{Key: key, Identity: identity, Token: uint64(st.Czxid), Name: p}, nil
 	}
@@ -191,12 +214,19 @@ func (s *session) findByGUID(ctx context.Context, key, guid string) (string, err
 
 // queue reads key's contenders and t's index among them (-1 when absent).
 func (s *session) queue(ctx context.Context, t election.Ticket) ([]contender, int, error) {
-	children, err := call(ctx, s.b, func() ([]string, error) {
-		c, _, err := s.b.conn.Children(t.Key)
-		return c, err
-	}, nil)
-	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return nil, -1, translate("children of "+t.Key, err)
+	s.mu.Lock()
+	children, ok := s.prefetched[t.Name] // read just after t's node was created
+	delete(s.prefetched, t.Name)
+	s.mu.Unlock()
+	if !ok {
+		var err error
+		children, err = call(ctx, s.b, func() ([]string, error) {
+			c, _, err := s.b.conn.Children(t.Key)
+			return c, err
+		}, nil)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return nil, -1, translate("children of "+t.Key, err)
+		}
 	}
 	cs := contenders(children)
 	own := path.Base(t.Name)
@@ -220,6 +250,8 @@ func (s *session) lost(t election.Ticket) error {
 func (s *session) forget(p string) {
 	s.mu.Lock()
 	delete(s.nodes, p)
+	delete(s.parked, p)
+	delete(s.prefetched, p)
 	s.mu.Unlock()
 }
 
@@ -266,7 +298,7 @@ func (s *session) watch(ctx context.Context, p string) (<-chan zk.Event, *zk.Sta
 // predecessor and its own node, and re-reads its own node before it
 // returns. Transient failures are retried until ctx ends.
 func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
-	var ownCh <-chan zk.Event
+	ownCh := s.takeWatch(t.Name) // set when the node was created and read
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -298,16 +330,15 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
 			return s.lost(t)
 		}
 		if i == 0 {
-			ok, err := s.owned(ctx, t)
-			if err != nil {
-				if !pause(ctx) {
-					return ctx.Err()
-				}
-				continue
-			}
-			if !ok {
+			// This read shows the node. Its name (uuid and sequence) was
+			// created by this session and is never reused, and an ephemeral
+			// node outlives no session, so while the connection still runs
+			// this session the node is this session's: ownership is proven
+			// without another read.
+			if !s.alive() {
 				return s.lost(t)
 			}
+			s.parkWatch(t.Name, ownCh)
 			return nil
 		}
 		pred := path.Join(t.Key, cs[i-1].name)
@@ -341,6 +372,20 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
 // WatchLoss waits until t's node is deleted, changes owner, or its session
 // ends.
 func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
+	if ch := s.takeWatch(t.Name); ch != nil {
+		// The watch WaitHead handed over was set while the node existed.
+		select {
+		case ev := <-ch:
+			s.b.watchEvents.Add(1)
+			if ev.Type == zk.EventNodeDeleted || !s.alive() {
+				return s.lost(t)
+			}
+		case <-s.Done():
+			return s.lost(t)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for {
 		ch, st, ok, err := s.watch(ctx, t.Name)
 		if err == nil && (!ok || uint64(st.Czxid) != t.Token || st.EphemeralOwner != s.id) {
@@ -372,7 +417,20 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 // Dequeue deletes t's node if it still has t's czxid, guarded by its
 // version.
 func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
-	for {
+	s.takeWatch(t.Name)
+	// tenure never changes its nodes, and a name is never reused: a node at
+	// t's path with version 0 is t's.
+	_, err := call(ctx, s.b, func() (struct{}, error) {
+		return struct{}{}, s.b.conn.Delete(t.Name, 0)
+	}, nil)
+	switch {
+	case err == nil, errors.Is(err, zk.ErrNoNode):
+		s.forget(t.Name)
+		return nil
+	case !errors.Is(err, zk.ErrBadVersion):
+		return translate("delete "+t.Name, err)
+	}
+	for { // someone changed the node's data: check its czxid, then delete
 		st, ok, err := s.stat(ctx, t.Name)
 		if err != nil {
 			return err
@@ -418,4 +476,24 @@ func pause(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// parkWatch keeps ch, a watch on node p, for the next WaitHead or
+// WatchLoss of the same node.
+func (s *session) parkWatch(p string, ch <-chan zk.Event) {
+	if ch == nil {
+		return
+	}
+	s.mu.Lock()
+	s.parked[p] = ch
+	s.mu.Unlock()
+}
+
+// takeWatch returns and forgets the watch parked for node p, or nil.
+func (s *session) takeWatch(p string) <-chan zk.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.parked[p]
+	delete(s.parked, p)
+	return ch
 }

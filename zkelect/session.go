@@ -29,7 +29,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	if err != nil {
 		return nil, translate("session", err)
 	}
-	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), nodes: map[string]uint64{}}
+	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}}
 	s.Init()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	var g election.Renewal
@@ -66,8 +66,11 @@ type session struct {
 	stop     context.CancelFunc
 	loopDone chan struct{}
 
-	mu    sync.Mutex
-	nodes map[string]uint64 // path → czxid of the nodes this session created and holds
+	mu     sync.Mutex
+	nodes  map[string]uint64          // path → czxid of the nodes this session created and holds
+	parked map[string]<-chan zk.Event // path → a watch on that node, handed from call to call
+
+	prefetched map[string][]string // node path → its key's children, read just after it was created
 }
 
 func (s *session) Granted() election.Renewal { return s.granted }
