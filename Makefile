@@ -10,6 +10,7 @@ test:
 demo:
 	go run ./cmd/tenure demo
 
-# Handoff latency, tenure against raw concurrency.Election, same server, same run.
+# Handoff latency against the peers, same servers, same run: etcd (raw
+# concurrency.Election) and ZooKeeper (go-zookeeper's Lock, Curator, kazoo).
 bench:
-	go test -count=1 -run '^$$' -bench BenchmarkHandoff -benchtime 300x -timeout 30m ./test/
+	go test -count=1 -run '^$$' -bench 'BenchmarkHandoff|BenchmarkZKHandoff' -benchtime 300x -timeout 30m ./test/
