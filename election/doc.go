@@ -1,8 +1,9 @@
 // Package election is tenure's backend-neutral core: the Elector that
 // campaigns for a key, holds its term, demotes itself when it can no longer
-// be sure it leads, and runs the program's callbacks in order. Backends
-// (etcdelect, and the in-memory electiontest.Memory) implement the small
-// Backend interface; this package imports none of them.
+// be sure it leads, and runs the program's callbacks in order; and the
+// Mutex, a fair lock on the same machinery. Backends (etcdelect, zkelect,
+// and the in-memory electiontest.Memory) implement the small Backend
+// interface; this package imports none of them.
 //
 // # Guarantees
 //
@@ -18,7 +19,9 @@
 //     of that request + granted TTL − Config.DeadlineMargin, on the local
 //     monotonic clock. When the deadline passes without a newer
 //     acknowledgement, the leadership context is cancelled and the session
-//     is abandoned. Since the server counts its TTL from when it received
+//     is abandoned (closed, its entries released, only DeadlineMargin later,
+//     the earliest the server could expire it, and once Run's elected work
+//     has returned). Since the server counts its TTL from when it received
 //     the request, which is after it was sent, the local deadline always
 //     falls at least DeadlineMargin before the server's expiry.
 //   - A waiting Campaign never outlives its session: it returns an error
