@@ -483,7 +483,9 @@ func (e *Elector) release(ctx context.Context, cause error) error {
 		return nil
 	}
 	ld.cancel(cause)
-	<-ld.done
+	// The loss watcher stops on its own; the delete need not wait for it
+	// (it sees the context's cause, not the delete), but release does.
+	defer func() { <-ld.done }()
 	e.mu.Lock()
 	work := ld.work
 	e.mu.Unlock()

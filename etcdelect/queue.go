@@ -261,6 +261,9 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 		}
 	}
 	for {
+		if ctx.Err() != nil { // resigned before the watcher got here
+			return ctx.Err()
+		}
 		if s.watchLossOnce(ctx, t) {
 			return s.lost(ctx, t)
 		}

@@ -387,6 +387,9 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 		}
 	}
 	for {
+		if ctx.Err() != nil { // resigned before the watcher got here
+			return ctx.Err()
+		}
 		ch, st, ok, err := s.watch(ctx, t.Name)
 		if err == nil && (!ok || uint64(st.Czxid) != t.Token || st.EphemeralOwner != s.id) {
 			return s.lost(t)
