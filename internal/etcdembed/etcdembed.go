@@ -4,12 +4,13 @@ package etcdembed
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure/internal/testnet"
 )
 
 // Server is a running embedded etcd member. Stop it with Close.
@@ -27,14 +28,11 @@ func Start(dir string) (*Server, error) { return StartTimed(dir, 10, 100) }
 // StartTimed is Start with the given heartbeat and election timeout in
 // milliseconds. etcd's defaults are 100 and 1000.
 func StartTimed(dir string, tickMs, electionMs uint) (*Server, error) {
-	cport, err := freePort()
+	ports, err := testnet.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	pport, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	cport, pport := ports[0], ports[1]
 	cfg := embed.NewConfig()
 	cfg.Name = "tenure"
 	cfg.Dir = dir
@@ -60,12 +58,3 @@ func StartTimed(dir string, tickMs, electionMs uint) (*Server, error) {
 
 // Close stops the member and waits for it.
 func (s *Server) Close() { s.e.Close() }
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

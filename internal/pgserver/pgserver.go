@@ -15,7 +15,6 @@
 package pgserver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +32,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tenure-go/tenure/internal/testnet"
 )
 
 // LibDir is where Debian's postgresql-<version> packages install their
@@ -215,7 +216,7 @@ func Start(dir string) (*Server, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(1)
+		ports, err := testnet.FreePorts(1)
 		if err != nil {
 			return nil, err
 		}
@@ -388,7 +389,7 @@ func (s *Server) initdb() error {
 		err = fmt.Errorf("not done after %v", StartTimeout)
 	}
 	if err != nil {
-		return fmt.Errorf("pgserver: initdb %s: %w; tail of %s:\n%s", data, err, s.LogFile(), logTail(s.LogFile(), 0))
+		return fmt.Errorf("pgserver: initdb %s: %w; tail of %s:\n%s", data, err, s.LogFile(), testnet.LogTail(s.LogFile(), 0))
 	}
 
 	// The server's settings go after initdb's in postgresql.conf (the last
@@ -520,9 +521,9 @@ func (s *Server) waitLocked() error {
 	for {
 		select {
 		case <-s.done:
-			tail := logTail(s.LogFile(), 0)
+			tail := testnet.LogTail(s.LogFile(), 0)
 			err := fmt.Errorf("pgserver: postgres on %s exited while starting; tail of %s:\n%s", s.Addr(), s.LogFile(), tail)
-			if strings.Contains(logTail(s.LogFile(), offset), "Address already in use") {
+			if strings.Contains(testnet.LogTail(s.LogFile(), offset), "Address already in use") {
 				err = fmt.Errorf("%w: %w", errPortTaken, err)
 			}
 			return err
@@ -541,67 +542,8 @@ func (s *Server) waitLocked() error {
 		lastErr = err
 		if time.Now().After(deadline) {
 			return fmt.Errorf("pgserver: postgres on %s not accepting connections after %v (last: %v); tail of %s:\n%s",
-				s.Addr(), StartTimeout, lastErr, s.LogFile(), logTail(s.LogFile(), 0))
+				s.Addr(), StartTimeout, lastErr, s.LogFile(), testnet.LogTail(s.LogFile(), 0))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// logTail returns the last lines of the log at path, from byte offset on.
-func logTail(path string, offset int64) string {
-	const maxBytes, maxLines = 4096, 30
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read log: %v)", err)
-	}
-	if offset > 0 && offset <= int64(len(b)) {
-		b = b[offset:]
-	}
-	if len(b) > maxBytes {
-		b = b[len(b)-maxBytes:]
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > maxLines {
-		lines = lines[len(lines)-maxLines:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-var (
-	portsMu   sync.Mutex
-	portsUsed = map[int]bool{} // handed out by this process, never again
-)
-
-// freePorts returns n distinct free loopback ports, holding all of them bound
-// until it has them all, and none it returned before.
-func freePorts(n int) ([]int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			return nil, errors.New("pgserver: cannot find free loopback ports")
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pgserver: find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		if portsUsed[p] {
-			continue
-		}
-		portsUsed[p] = true
-		ports = append(ports, p)
-	}
-	return ports, nil
 }

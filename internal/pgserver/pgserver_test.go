@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
+
+	"github.com/tenure-go/tenure/internal/testnet"
 )
 
 // pgxpool's Close waits for its connections but not for its health-check
@@ -33,7 +35,7 @@ func startServer(t *testing.T) *Server {
 	t.Cleanup(func() {
 		s.Close()
 		if t.Failed() {
-			t.Logf("tail of %s:\n%s", s.LogFile(), logTail(s.LogFile(), 0))
+			t.Logf("tail of %s:\n%s", s.LogFile(), testnet.LogTail(s.LogFile(), 0))
 		}
 	})
 	t.Logf("PostgreSQL (%s) accepting connections on %s after %v", s.bin, s.Addr(), time.Since(began).Round(time.Millisecond))
@@ -198,7 +200,7 @@ func TestClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(log), "database system is shut down") {
-		t.Errorf("log does not report a clean shutdown; tail:\n%s", logTail(s.LogFile(), 0))
+		t.Errorf("log does not report a clean shutdown; tail:\n%s", testnet.LogTail(s.LogFile(), 0))
 	}
 }
 

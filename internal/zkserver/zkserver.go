@@ -12,7 +12,6 @@ package zkserver
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/testnet"
 )
 
 // JavaDir is the directory holding the jars of Debian's zookeeper package
@@ -242,7 +243,7 @@ func start(dir string, opts Options) (*Ensemble, error) {
 	if n > 1 {
 		perServer = 3
 	}
-	ports, err := freePorts(n * perServer)
+	ports, err := testnet.FreePorts(n * perServer)
 	if err != nil {
 		return nil, err
 	}
@@ -379,7 +380,7 @@ func (e *Ensemble) waitLocked(ss []*server, needLeader bool) error {
 		for _, s := range ss {
 			select {
 			case <-s.done:
-				tail := logTail(s.logPath())
+				tail := testnet.LogTail(s.logPath(), 0)
 				err := fmt.Errorf("zkserver: server %d (%s) exited while starting; tail of %s:\n%s", s.index, s.endpoint(), s.logPath(), tail)
 				if strings.Contains(tail, "Address already in use") {
 					err = fmt.Errorf("%w: %w", errPortTaken, err)
@@ -411,7 +412,7 @@ func (e *Ensemble) waitLocked(ss []*server, needLeader bool) error {
 				fmt.Fprintf(&b, " (all serving, none leads)")
 			}
 			for _, s := range notReady {
-				fmt.Fprintf(&b, "\n-- server %d (%s), tail of %s:\n%s", s.index, s.endpoint(), s.logPath(), logTail(s.logPath()))
+				fmt.Fprintf(&b, "\n-- server %d (%s), tail of %s:\n%s", s.index, s.endpoint(), s.logPath(), testnet.LogTail(s.logPath(), 0))
 			}
 			return errors.New(b.String())
 		}
@@ -540,11 +541,11 @@ func (e *Ensemble) Restart(i int) error {
 		}
 		select {
 		case <-s.done:
-			return fmt.Errorf("zkserver: server %d exited while restarting; tail of %s:\n%s", i, s.logPath(), logTail(s.logPath()))
+			return fmt.Errorf("zkserver: server %d exited while restarting; tail of %s:\n%s", i, s.logPath(), testnet.LogTail(s.logPath(), 0))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("zkserver: server %d not answering imok after %v; tail of %s:\n%s", i, e.opts.StartTimeout, s.logPath(), logTail(s.logPath()))
+			return fmt.Errorf("zkserver: server %d not answering imok after %v; tail of %s:\n%s", i, e.opts.StartTimeout, s.logPath(), testnet.LogTail(s.logPath(), 0))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -602,60 +603,4 @@ func srvrMode(addr string, timeout time.Duration) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// logTail returns the last lines of the log at path.
-func logTail(path string) string {
-	const maxBytes, maxLines = 4096, 30
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read log: %v)", err)
-	}
-	if len(b) > maxBytes {
-		b = b[len(b)-maxBytes:]
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > maxLines {
-		lines = lines[len(lines)-maxLines:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-var (
-	portsMu   sync.Mutex
-	portsUsed = map[int]bool{} // handed out by this process, never again
-)
-
-// freePorts returns n distinct free loopback ports, holding all of them bound
-// until it has them all, and none it returned before.
-func freePorts(n int) ([]int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			return nil, errors.New("zkserver: cannot find free loopback ports")
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("zkserver: find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		if portsUsed[p] {
-			continue
-		}
-		portsUsed[p] = true
-		ports = append(ports, p)
-	}
-	return ports, nil
 }
