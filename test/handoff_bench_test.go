@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,106 +166,17 @@ func benchHandoff(b *testing.B, im impl, n int) {
 		cons = append(cons, c)
 	}
 
-	st := &handoffState{lats: make([]time.Duration, 0, b.N)}
-	start := make(chan struct{})    // closed when every contender is queued
-	finished := make(chan struct{}) // closed after the b.N-th handoff
-	var finishOnce sync.Once
-	finish := func() { finishOnce.Do(func() { close(finished) }) }
-
-	state := make([]atomic.Int32, n) // per contender: campaigning, holding or resigning
-	var wg sync.WaitGroup
-	for i, c := range cons {
-		wg.Go(func() {
-			defer finish() // on error too, so the benchmark goroutine never waits forever
-			for {
-				state[i].Store(stCampaigning)
-				if err := c.campaign(ctx); err != nil {
-					if ctx.Err() == nil {
-						b.Errorf("contender %d: campaign: %v", i, err)
-						cancel()
-					}
-					return
-				}
-				state[i].Store(stHolding)
-				if h := st.holders.Add(1); h != 1 {
-					b.Errorf("contender %d elected while %d other(s) hold the key", i, h-1)
-				}
-				// The first holder keeps the key until every contender has
-				// queued behind it; later holders pass straight through.
-				select {
-				case <-start:
-				case <-ctx.Done():
-					return
-				}
-				st.mu.Lock()
-				now := time.Now()
-				if st.haveRelease {
-					st.lats = append(st.lats, now.Sub(st.release))
-					st.handoffs++
-					st.last = now
-				}
-				if st.handoffs >= b.N {
-					st.mu.Unlock()
-					finish() // keep the key: nobody else may win after this
-					return
-				}
-				st.holders.Add(-1)
-				st.release, st.haveRelease = time.Now(), true
-				if st.first.IsZero() {
-					st.first = st.release
-				}
-				st.mu.Unlock()
-				state[i].Store(stResigning)
-				if err := c.resign(ctx); err != nil {
-					if ctx.Err() == nil {
-						b.Errorf("contender %d: resign: %v", i, err)
-						cancel()
-					}
-					return
-				}
+	handoffLoop{
+		cons: cons,
+		queued: func() (int, error) {
+			r, err := admin.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				return 0, err
 			}
-		})
-	}
-
-	// Start the clock once all n entries are queued under the key.
-	for {
-		r, err := admin.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err == nil && r.Count == int64(n) {
-			break
-		}
-		if ctx.Err() != nil {
-			cancel()
-			wg.Wait()
-			b.Fatalf("contenders not all queued: %v (last count err %v)", ctx.Err(), err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	b.ResetTimer()
-	close(start)
-	if !awaitFinished(ctx, st, finished) {
-		b.StopTimer()
-		b.Errorf("run stopped after %d of %d handoffs (stall limit %v, ctx: %v):\n%s", st.count(), b.N, stallTimeout, ctx.Err(), dumpQueue(admin, key, state))
-		cancel()
-		wg.Wait()
-		return
-	}
-	b.StopTimer()
-	cancel() // release the waiters still campaigning
-	wg.Wait()
-	if b.Failed() {
-		return
-	}
-
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if len(st.lats) != b.N {
-		b.Fatalf("recorded %d handoffs, want %d", len(st.lats), b.N)
-	}
-	slices.Sort(st.lats)
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(nearestRank(st.lats, 50)), "p50-ms")
-	b.ReportMetric(ms(nearestRank(st.lats, 99)), "p99-ms")
-	b.ReportMetric(float64(b.N)/st.last.Sub(st.first).Seconds(), "handoffs/s")
+			return int(r.Count), nil
+		},
+		dump: func(state []atomic.Int32) string { return dumpQueue(admin, key, state) },
+	}.run(b, ctx, cancel)
 }
 
 // stallTimeout fails a run in which no handoff happens for this long: far

@@ -451,117 +451,15 @@ func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 		cons = append(cons, c)
 	}
 
-	st := &handoffState{lats: make([]time.Duration, 0, b.N)}
-	start := make(chan struct{})    // closed when every contender is queued
-	warmed := make(chan struct{})   // closed after the warm-up handoffs
-	finished := make(chan struct{}) // closed after the last timed handoff
-	var finishOnce, warmOnce sync.Once
-	finish := func() { finishOnce.Do(func() { close(finished) }) }
-
-	state := make([]atomic.Int32, n) // per contender: campaigning, holding or resigning
-	var wg sync.WaitGroup
-	for i, c := range cons {
-		wg.Go(func() {
-			defer finish() // on error too, so the benchmark goroutine never waits forever
-			for {
-				state[i].Store(stCampaigning)
-				if err := c.campaign(ctx); err != nil {
-					if ctx.Err() == nil {
-						b.Errorf("contender %d: campaign: %v", i, err)
-						cancel()
-					}
-					return
-				}
-				state[i].Store(stHolding)
-				if h := st.holders.Add(1); h != 1 {
-					b.Errorf("contender %d elected while %d other(s) hold the key", i, h-1)
-				}
-				// The first holder keeps the key until every contender has
-				// queued behind it; later holders pass straight through.
-				select {
-				case <-start:
-				case <-ctx.Done():
-					return
-				}
-				st.mu.Lock()
-				now := time.Now()
-				if st.haveRelease {
-					if st.handoffs >= warm {
-						st.lats = append(st.lats, now.Sub(st.release))
-						st.last = now
-					}
-					st.handoffs++
-				}
-				if st.handoffs == warm {
-					warmOnce.Do(func() { close(warmed) })
-				}
-				if st.handoffs >= warm+b.N {
-					st.mu.Unlock()
-					finish() // keep the key: nobody else may win after this
-					return
-				}
-				st.holders.Add(-1)
-				st.release, st.haveRelease = time.Now(), true
-				if st.handoffs == warm {
-					st.first = st.release
-				}
-				st.mu.Unlock()
-				state[i].Store(stResigning)
-				if err := c.resign(ctx); err != nil {
-					if ctx.Err() == nil {
-						b.Errorf("contender %d: resign: %v", i, err)
-						cancel()
-					}
-					return
-				}
-			}
-		})
-	}
-
-	// Start once all n nodes are queued under the key.
-	for {
-		children, _, err := admin.Children(key)
-		if err == nil && len(children) == n {
-			break
-		}
-		if ctx.Err() != nil {
-			cancel()
-			wg.Wait()
-			b.Fatalf("contenders not all queued: %v (last children err %v)", ctx.Err(), err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	close(start)
 	var reqs zkRequests
-	if !awaitFinished(ctx, st, warmed) {
-		b.Errorf("warm-up stopped after %d of %d handoffs (stall limit %v, ctx: %v):\n%s", st.count(), warm, stallTimeout, ctx.Err(), dumpZKQueue(admin, key, state))
-		cancel()
-		wg.Wait()
-		return
-	}
-	reqs.begin(b)
-	b.ResetTimer()
-	if !awaitFinished(ctx, st, finished) {
-		b.StopTimer()
-		b.Errorf("run stopped after %d of %d handoffs (stall limit %v, ctx: %v):\n%s", st.count()-warm, b.N, stallTimeout, ctx.Err(), dumpZKQueue(admin, key, state))
-		cancel()
-		wg.Wait()
-		return
-	}
-	b.StopTimer()
-	reqs.report(b)
-	cancel() // release the waiters still campaigning
-	wg.Wait()
-	if b.Failed() {
-		return
-	}
-
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if len(st.lats) != b.N {
-		b.Fatalf("recorded %d handoffs, want %d", len(st.lats), b.N)
-	}
-	reportLatencies(b, st.lats, st.last.Sub(st.first))
+	handoffLoop{
+		cons:   cons,
+		warm:   warm,
+		queued: func() (int, error) { c, _, err := admin.Children(key); return len(c), err },
+		dump:   func(state []atomic.Int32) string { return dumpZKQueue(admin, key, state) },
+		begin:  reqs.begin,
+		end:    reqs.report,
+	}.run(b, ctx, cancel)
 }
 
 // dumpZKQueue describes the nodes under key and what each contender is

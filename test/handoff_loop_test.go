@@ -1,0 +1,143 @@
+package test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// handoffLoop runs the handoff benchmark over contenders that are already
+// created: each campaigns, records the time since the previous holder's
+// release, releases and campaigns again. The clock starts when queued
+// reports every contender queued and warm untimed handoffs have passed;
+// b.N handoffs are timed. It fails the benchmark on two holders at once and
+// on a stall (no handoff for stallTimeout), printing dump's description.
+// begin and end, when set, run just inside the timed part.
+type handoffLoop struct {
+	cons   []contender
+	warm   int
+	queued func() (int, error)
+	dump   func(state []atomic.Int32) string
+	begin  func(b *testing.B)
+	end    func(b *testing.B)
+}
+
+func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.CancelFunc) {
+	n, warm, cons := len(h.cons), h.warm, h.cons
+	st := &handoffState{lats: make([]time.Duration, 0, b.N)}
+	start := make(chan struct{})    // closed when every contender is queued
+	warmed := make(chan struct{})   // closed after the warm-up handoffs
+	finished := make(chan struct{}) // closed after the last timed handoff
+	var finishOnce, warmOnce sync.Once
+	finish := func() { finishOnce.Do(func() { close(finished) }) }
+
+	state := make([]atomic.Int32, n) // per contender: campaigning, holding or resigning
+	var wg sync.WaitGroup
+	for i, c := range cons {
+		wg.Go(func() {
+			defer finish() // on error too, so the benchmark goroutine never waits forever
+			for {
+				state[i].Store(stCampaigning)
+				if err := c.campaign(ctx); err != nil {
+					if ctx.Err() == nil {
+						b.Errorf("contender %d: campaign: %v", i, err)
+						cancel()
+					}
+					return
+				}
+				state[i].Store(stHolding)
+				if h := st.holders.Add(1); h != 1 {
+					b.Errorf("contender %d elected while %d other(s) hold the key", i, h-1)
+				}
+				// The first holder keeps the key until every contender has
+				// queued behind it; later holders pass straight through.
+				select {
+				case <-start:
+				case <-ctx.Done():
+					return
+				}
+				st.mu.Lock()
+				now := time.Now()
+				if st.haveRelease {
+					if st.handoffs >= warm {
+						st.lats = append(st.lats, now.Sub(st.release))
+						st.last = now
+					}
+					st.handoffs++
+				}
+				if st.handoffs == warm {
+					warmOnce.Do(func() { close(warmed) })
+				}
+				if st.handoffs >= warm+b.N {
+					st.mu.Unlock()
+					finish() // keep the key: nobody else may win after this
+					return
+				}
+				st.holders.Add(-1)
+				st.release, st.haveRelease = time.Now(), true
+				if st.handoffs == warm {
+					st.first = st.release
+				}
+				st.mu.Unlock()
+				state[i].Store(stResigning)
+				if err := c.resign(ctx); err != nil {
+					if ctx.Err() == nil {
+						b.Errorf("contender %d: resign: %v", i, err)
+						cancel()
+					}
+					return
+				}
+			}
+		})
+	}
+
+	// Start once all n are queued under the key.
+	for {
+		q, err := h.queued()
+		if err == nil && q == n {
+			break
+		}
+		if ctx.Err() != nil {
+			cancel()
+			wg.Wait()
+			b.Fatalf("contenders not all queued: %v (last count %d, err %v)", ctx.Err(), q, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(start)
+	if !awaitFinished(ctx, st, warmed) {
+		b.Errorf("warm-up stopped after %d of %d handoffs (stall limit %v, ctx: %v):\n%s", st.count(), warm, stallTimeout, ctx.Err(), h.dump(state))
+		cancel()
+		wg.Wait()
+		return
+	}
+	if h.begin != nil {
+		h.begin(b)
+	}
+	b.ResetTimer()
+	if !awaitFinished(ctx, st, finished) {
+		b.StopTimer()
+		b.Errorf("run stopped after %d of %d handoffs (stall limit %v, ctx: %v):\n%s", st.count()-warm, b.N, stallTimeout, ctx.Err(), h.dump(state))
+		cancel()
+		wg.Wait()
+		return
+	}
+	b.StopTimer()
+	if h.end != nil {
+		h.end(b)
+	}
+	cancel() // release the waiters still campaigning
+	wg.Wait()
+	if b.Failed() {
+		return
+	}
+
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.lats) != b.N {
+		b.Fatalf("recorded %d handoffs, want %d", len(st.lats), b.N)
+	}
+	reportLatencies(b, st.lats, st.last.Sub(st.first))
+}
