@@ -287,3 +287,107 @@ func gatherText(t *testing.T, g prometheus.Gatherer) string {
 	promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	return rec.Body.String()
 }
+
+// TestMetrics_LockWaitAndFailover: a Mutex records how long Lock waited, and
+// an observer records how long the key stayed vacant between two leaders.
+func TestMetrics_LockWaitAndFailover(t *testing.T) {
+	key := electiontest.Key(t)
+	ctx := ctxT(t, 30*time.Second)
+	reg := prometheus.NewRegistry()
+	m, err := election.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newBackend := func() *etcdelect.Backend {
+		cli := newClient(t, endpoint)
+		t.Cleanup(func() { cli.Close() })
+		return etcdelect.New(cli)
+	}
+	cfg := func(id string) election.Config { return election.Config{Key: key, Identity: id, TTL: 2 * time.Second} }
+
+	// The observer reports on a registry of its own: one Metrics takes one
+	// Elector per key and backend.
+	obsReg := prometheus.NewRegistry()
+	om, err := election.NewMetrics(obsReg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := election.New(newBackend(), cfg("observer"), election.WithMetrics(om))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close(context.Background())
+	octx, stop := context.WithCancel(ctx)
+	leaders := obs.Observe(octx)
+
+	holder, err := election.NewMutex(newBackend(), cfg("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	waiter, err := election.NewMutex(newBackend(), cfg("waiter"), election.WithMetrics(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close(context.Background())
+
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan struct{})
+	go func() {
+		if _, err := waiter.Lock(ctx); err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		close(locked)
+	}()
+	waitPos(t, waiter.Elector(), 1)
+	const held = 300 * time.Millisecond
+	time.Sleep(held)
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-locked
+	if n, sum := histogram(t, reg, "tenure_lock_wait_seconds"); n != 1 || sum < held.Seconds() {
+		t.Errorf("tenure_lock_wait_seconds: count %d sum %.3f, want 1 observation ≥ %.1f s", n, sum, held.Seconds())
+	}
+
+	// The waiter unlocks: the key is vacant until the holder locks again.
+	if err := waiter.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const vacant = 300 * time.Millisecond
+	time.Sleep(vacant)
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the observer to see the new leader", func() bool {
+		n, _ := histogram(t, obsReg, "tenure_failover_seconds")
+		return n >= 1
+	})
+	if n, sum := histogram(t, obsReg, "tenure_failover_seconds"); n != 1 || sum < vacant.Seconds() {
+		t.Errorf("tenure_failover_seconds: count %d sum %.3f, want 1 observation ≥ %.1f s", n, sum, vacant.Seconds())
+	}
+	stop()
+	for range leaders {
+	}
+}
+
+// histogram returns the sample count and sum of the histogram name in g.
+func histogram(t *testing.T, g prometheus.Gatherer, name string) (uint64, float64) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				if h := m.GetHistogram(); h != nil {
+					return h.GetSampleCount(), h.GetSampleSum()
+				}
+			}
+		}
+	}
+	return 0, 0
+}
