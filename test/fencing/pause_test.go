@@ -371,12 +371,13 @@ func zkSite(t testing.TB, endpoint string) site {
 		},
 		write: func(t testing.TB, term tenure.Term, v string) error {
 			// A process that wakes from a freeze finds its ZooKeeper session
-			// expired and the connection re-established: retry what never
-			// reached the server.
+			// expired and its connection broken (no server, connection
+			// closed, broken pipe, ...) until go-zookeeper reconnects: retry
+			// until the fence answers.
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				_, err := zkfence.Fence{Conn: conn}.Multi(term, &zk.SetDataRequest{Path: data, Data: []byte(v), Version: -1})
-				if (errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed)) && time.Now().Before(deadline) {
+				if err != nil && !errors.Is(err, fence.ErrStale) && time.Now().Before(deadline) {
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
