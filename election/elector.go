@@ -277,6 +277,10 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	}
 	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Entry: t.Name, Since: e.clock.Now()}
 	ld := e.startLeadership(l, t, term, managed)
+	if ld == nil { // Close came first: do not lead
+		e.cleanup(ctx, l, t)
+		return nil, tenure.ErrClosed
+	}
 	e.rec.elected(term.Since.Sub(start))
 	log.Info("elected", zap.Duration("waited", term.Since.Sub(start)), zap.Time("deadline", l.Deadline()))
 	return ld, nil
@@ -342,14 +346,25 @@ func (e *Elector) cleanup(ctx context.Context, l *lease, t Ticket) {
 	}
 }
 
+// startLeadership records the term and starts its loss watcher, or returns
+// nil when the elector was closed meanwhile.
 func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed bool) *leadership {
 	ctx, cancel := context.WithCancelCause(l.ctx)
 	ld := &leadership{term: term, ticket: t, lease: l, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		cancel(tenure.ErrClosed)
+		return nil
+	}
 	if managed {
 		ld.work = make(chan struct{})
 		l.hold()
 	}
+	e.lead = ld
+	e.wg.Add(1) // Close waits for the watcher too
 	go func() {
+		defer e.wg.Done()
 		defer close(ld.done)
 		err := l.sess.WatchLoss(ctx, t)
 		if ctx.Err() == nil {
@@ -367,9 +382,6 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed 
 			e.log.Warn("leadership lost", zap.Uint64("token", term.Token), zap.NamedError("reason", cause))
 		}
 	}()
-	e.mu.Lock()
-	e.lead = ld
-	e.mu.Unlock()
 	return ld
 }
 

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/tenure-go/tenure"
 )
 
 // Mutex is a fair distributed lock: an election whose holder lets go when
-// its work is done. Waiters acquire in arrival order (first come, first
-// served), across processes and, within a process, across goroutines.
+// its work is done. Processes acquire in arrival order (first come, first
+// served). Within a process, one goroutine at a time holds the Mutex or
+// waits in the distributed queue; the others wait for it locally, in no
+// particular order, and join the queue when it unlocks.
 //
 // Guarantees are the Elector's: on a linearizable backend at most one
 // holder at a time, a lease deadline that ends the hold (Context and Done)
@@ -18,11 +21,18 @@ import (
 // a fencing token. A Mutex refuses backends that are not linearizable.
 //
 // A Mutex is safe for concurrent use by many goroutines: Lock blocks while
-// another goroutine of the same process holds it, as sync.Mutex does. Close
-// it when done.
+// another goroutine of the same process holds it, as sync.Mutex does. As
+// with sync.Mutex, a hold is the process's until Unlock, even after it was
+// lost (Done closed): call Unlock then too before locking again. Close it
+// when done; Close also wakes goroutines waiting in Lock.
 type Mutex struct {
-	e     *Elector
-	local chan struct{} // one holder per process: the token is in the channel while free
+	e      *Elector
+	local  chan struct{} // one holder per process: the token is in the channel while free
+	closed chan struct{}
+	once   sync.Once
+
+	mu   sync.Mutex
+	held bool // a Lock or TryLock took the token and no Unlock gave it back
 }
 
 // NewMutex returns a Mutex for cfg.Key on b, with cfg's defaults applied as
@@ -36,7 +46,7 @@ func NewMutex(b Backend, cfg Config, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutex{e: e, local: make(chan struct{}, 1)}
+	m := &Mutex{e: e, local: make(chan struct{}, 1), closed: make(chan struct{})}
 	m.local <- struct{}{}
 	return m, nil
 }
@@ -44,21 +54,31 @@ func NewMutex(b Backend, cfg Config, opts ...Option) (*Mutex, error) {
 // Lock waits in arrival order until this process holds the lock and returns
 // its term. It returns tenure.ErrCanceled joined with ctx.Err() when ctx
 // ends, and an error wrapping tenure.ErrSessionExpired when the session dies
-// while waiting; on every error path its queue entry is removed.
+// while waiting, and tenure.ErrClosed after Close; on every error path its
+// queue entry is removed.
 func (m *Mutex) Lock(ctx context.Context) (tenure.Term, error) {
+	start := m.e.clock.Now()
 	select {
 	case <-m.local:
 	case <-ctx.Done():
 		return tenure.Term{}, errors.Join(tenure.ErrCanceled, ctx.Err())
+	case <-m.closed:
+		return tenure.Term{}, tenure.ErrClosed
 	}
-	start := m.e.clock.Now()
 	t, err := m.e.Campaign(ctx)
 	if err != nil {
 		m.local <- struct{}{}
 		return tenure.Term{}, err
 	}
+	m.setHeld()
 	m.e.rec.lockWait(m.e.clock.Now().Sub(start))
 	return t, nil
+}
+
+func (m *Mutex) setHeld() {
+	m.mu.Lock()
+	m.held = true
+	m.mu.Unlock()
 }
 
 // TryLock takes the lock only if nobody holds it or waits for it, and
@@ -75,18 +95,22 @@ func (m *Mutex) TryLock(ctx context.Context) (tenure.Term, error) {
 		m.local <- struct{}{}
 		return tenure.Term{}, err
 	}
+	m.setHeld()
 	return t, nil
 }
 
 // Unlock releases the lock: the next waiter in line takes it. It is
 // idempotent and safe to retry (see Elector.Resign); unlocking a Mutex that
-// is not held returns nil.
+// is not held returns nil and frees nothing another goroutine waits on.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	err := m.e.Resign(ctx)
-	select { // free the process-local slot, once
-	case m.local <- struct{}{}:
-	default:
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.held {
+		return nil
 	}
+	err := m.e.Resign(ctx)
+	m.held = false
+	m.local <- struct{}{} // the process-local slot, freed exactly once per hold
 	return err
 }
 
@@ -116,12 +140,18 @@ func (m *Mutex) Context() context.Context {
 func (m *Mutex) Held() bool { return m.e.IsLeader() }
 
 // Position returns how many holders and waiters are ahead of this process's
-// Lock in progress (0 when it holds the lock).
+// Lock in progress in the distributed queue (0 when this process holds the
+// lock, also to a goroutine still waiting locally for another goroutine of
+// the process to unlock).
 func (m *Mutex) Position(ctx context.Context) (int, error) { return m.e.Position(ctx) }
 
 // Elector returns the election under the lock (for Handler, Status, Leader).
 func (m *Mutex) Elector() *Elector { return m.e }
 
-// Close releases the lock if held, ends the session and waits for
-// everything the Mutex started (see Elector.Close).
-func (m *Mutex) Close(ctx context.Context) error { return m.e.Close(ctx) }
+// Close releases the lock if held, wakes goroutines waiting in Lock (they
+// return tenure.ErrClosed), ends the session and waits for everything the
+// Mutex started (see Elector.Close).
+func (m *Mutex) Close(ctx context.Context) error {
+	m.once.Do(func() { close(m.closed) })
+	return m.e.Close(ctx)
+}

@@ -155,11 +155,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 			ch, st, ok, err = s.watch(ctx, p)
 			return err
 		})
-		if c := <-children; c != nil && err == nil {
-			s.mu.Lock()
-			s.prefetched[p] = c
-			s.mu.Unlock()
-		}
+		prefetched := <-children
 		if err != nil {
 			s.deleteLater(p)
 			return election.Ticket{}, err
@@ -173,6 +169,9 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 		s.mu.Lock()
 		s.nodes[p] = uint64(st.Czxid)
 		s.parked[p] = ch
+		if prefetched != nil {
+			s.prefetched[p] = prefetched
+		}
 		s.mu.Unlock()
 		return election.Ticket{Key: key, Identity: identity, Token: uint64(st.Czxid), Name: p}, nil
 	}
@@ -342,6 +341,15 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
 			return nil
 		}
 		pred := path.Join(t.Key, cs[i-1].name)
+		if g := guidOf(cs[i-1].name); g != "" && g == guidOf(path.Base(t.Name)) {
+			// An earlier create of this same Enqueue, whose reply was lost
+			// and which findByGUID missed: ours, and ahead of us. Delete it.
+			_, err := call(ctx, s.b, func() (struct{}, error) { return struct{}{}, s.b.conn.Delete(pred, 0) }, nil)
+			if err != nil && !errors.Is(err, zk.ErrNoNode) && !pause(ctx) {
+				return ctx.Err()
+			}
+			continue
+		}
 		predCh, _, ok, err := s.watch(ctx, pred)
 		if err != nil {
 			if !pause(ctx) {

@@ -103,6 +103,8 @@ func Run(t *testing.T, h Harness) {
 		{"MutexTryLockUnderContention", testMutexTryLock},
 		{"MutexLossCancelsContextBeforeNextHolder", testMutexLoss},
 		{"MutexGoroutinesOfOneProcessSerialize", testMutexGoroutines},
+		{"MutexExtraUnlockAdmitsNobody", testMutexExtraUnlock},
+		{"MutexCloseWakesLocalWaiters", testMutexCloseWakes},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
@@ -1151,5 +1153,79 @@ func testMutexGoroutines(t *testing.T, h Harness) {
 	wg.Wait()
 	if overlaps.Load() != 0 || rounds.Load() != 20 {
 		t.Fatalf("%d overlaps in %d rounds: goroutines of one process must take turns", overlaps.Load(), rounds.Load())
+	}
+}
+
+// testMutexExtraUnlock: an Unlock with nothing held must not let a second
+// goroutine of the process in beside the one holding or queueing.
+func testMutexExtraUnlock(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 10*h.TTL)
+	other, _ := h.NewMutex(t, key, "other")
+	if _, err := other.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := h.NewMutex(t, key, "p")
+	var holding atomic.Int32
+	var most atomic.Int32
+	lock := func() {
+		if _, err := m.Lock(ctx); err != nil {
+			t.Errorf("Lock: %v", err)
+			return
+		}
+		n := holding.Add(1)
+		for {
+			x := most.Load()
+			if n <= x || most.CompareAndSwap(x, n) {
+				break
+			}
+		}
+	}
+	go lock() // B: takes the local slot and queues behind "other"
+	waitFor(t, 5*h.TTL, "B to queue", func() bool { p, err := m.Position(ctx); return err == nil && p == 1 })
+	if err := m.Unlock(ctx); err != nil { // A: unlocks what it never locked
+		t.Fatalf("Unlock without a hold: %v", err)
+	}
+	go lock() // C: must wait for B's Unlock
+	time.Sleep(h.TTL / 10)
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*h.TTL, "B to hold", func() bool { return holding.Load() >= 1 })
+	time.Sleep(h.TTL / 5)
+	if n := most.Load(); n != 1 {
+		t.Fatalf("%d goroutines held the Mutex at once after an extra Unlock", n)
+	}
+	holding.Add(-1)
+	if err := m.Unlock(ctx); err != nil { // B lets C in
+		t.Fatal(err)
+	}
+	waitFor(t, 5*h.TTL, "C to hold", func() bool { return holding.Load() == 1 })
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testMutexCloseWakesLocalWaiters: Close ends Locks waiting behind another
+// goroutine of the process with ErrClosed.
+func testMutexCloseWakes(t *testing.T, h Harness) {
+	key := Key(t)
+	m, _ := h.NewMutex(t, key, "p")
+	if _, err := m.Lock(ctxT(t, 5*h.TTL)); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { _, err := m.Lock(context.Background()); res <- err }()
+	time.Sleep(h.TTL / 10)
+	if err := m.Close(ctxT(t, 2*h.TTL)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, tenure.ErrClosed) {
+			t.Fatalf("waiting Lock after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(2 * h.TTL):
+		t.Fatal("a Lock waiting behind the holder did not return after Close")
 	}
 }
