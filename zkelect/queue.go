@@ -380,36 +380,28 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
 // WatchLoss waits until t's node is deleted, changes owner, or its session
 // ends.
 func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
-	if ch := s.takeWatch(t.Name); ch != nil {
-		// The watch WaitHead handed over was set while the node existed.
-		select {
-		case ev := <-ch:
-			s.b.watchEvents.Add(1)
-			if ev.Type == zk.EventNodeDeleted || !s.alive() {
-				return s.lost(t)
-			}
-		case <-s.Done():
-			return s.lost(t)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	// The watch WaitHead handed over, if any, was set while the node
+	// existed; later watches are set here, each after checking the node.
+	ch := s.takeWatch(t.Name)
 	for {
-		if ctx.Err() != nil { // resigned before the watcher got here
-			return ctx.Err()
-		}
-		ch, st, ok, err := s.watch(ctx, t.Name)
-		if err == nil && (!ok || uint64(st.Czxid) != t.Token || st.EphemeralOwner != s.id) {
-			return s.lost(t)
-		}
-		if err != nil {
-			if errors.Is(err, tenure.ErrSessionExpired) || !s.alive() {
-				return s.lost(t)
-			}
-			if !pause(ctx) {
+		if ch == nil {
+			if ctx.Err() != nil { // resigned before the watcher got here
 				return ctx.Err()
 			}
-			continue
+			w, st, ok, err := s.watch(ctx, t.Name)
+			if err == nil && (!ok || uint64(st.Czxid) != t.Token || st.EphemeralOwner != s.id) {
+				return s.lost(t)
+			}
+			if err != nil {
+				if errors.Is(err, tenure.ErrSessionExpired) || !s.alive() {
+					return s.lost(t)
+				}
+				if !pause(ctx) {
+					return ctx.Err()
+				}
+				continue
+			}
+			ch = w
 		}
 		select {
 		case ev := <-ch:
@@ -417,6 +409,7 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 			if ev.Type == zk.EventNodeDeleted || !s.alive() {
 				return s.lost(t)
 			}
+			ch = nil // a one-shot watch: set it again
 		case <-s.Done():
 			return s.lost(t)
 		case <-ctx.Done():

@@ -292,10 +292,30 @@ func testNeverTwoLeaders(t *testing.T, h Harness) {
 
 func testArrivalOrder(t *testing.T, h Harness) {
 	key := Key(t)
-	ctx := ctxT(t, 20*h.TTL)
-	holder, _ := h.NewElector(t, key, "holder")
-	if _, err := holder.Campaign(ctx); err != nil {
-		t.Fatalf("Campaign: %v", err)
+	arrivalOrder(t, h, 20*h.TTL, func(id string) candidate {
+		e, _ := h.NewElector(t, key, id)
+		return candidate{
+			acquire:  func(ctx context.Context) error { _, err := e.Campaign(ctx); return err },
+			release:  e.Resign,
+			position: e.Position,
+		}
+	})
+}
+
+// candidate is an Elector or a Mutex, as arrivalOrder drives it.
+type candidate struct {
+	acquire, release func(context.Context) error
+	position         func(context.Context) (int, error)
+}
+
+// arrivalOrder queues h.Arrivals candidates (default 6), one at a time,
+// behind a holder, and checks that they acquire in arrival order, all
+// within limit.
+func arrivalOrder(t *testing.T, h Harness, limit time.Duration, newCandidate func(id string) candidate) {
+	ctx := ctxT(t, limit)
+	holder := newCandidate("holder")
+	if err := holder.acquire(ctx); err != nil {
+		t.Fatalf("holder: %v", err)
 	}
 	n := h.Arrivals
 	if n == 0 {
@@ -305,37 +325,40 @@ func testArrivalOrder(t *testing.T, h Harness) {
 	var wg sync.WaitGroup
 	for i := range n {
 		id := fmt.Sprintf("w%d", i)
-		e, _ := h.NewElector(t, key, id)
+		c := newCandidate(id)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := e.Campaign(ctx); err != nil {
-				t.Errorf("%s: Campaign: %v", id, err)
+			if err := c.acquire(ctx); err != nil {
+				t.Errorf("%s: acquire: %v", id, err)
 				return
 			}
 			order <- id
-			if err := e.Resign(ctx); err != nil {
-				t.Errorf("%s: Resign: %v", id, err)
+			if err := c.release(ctx); err != nil {
+				t.Errorf("%s: release: %v", id, err)
 			}
 		}()
 		// Wait until this waiter is queued (behind the holder and the
 		// earlier waiters) before the next one arrives.
-		waitFor(t, 5*h.TTL, id+" to queue", func() bool { return position(ctx, e) == i+1 })
+		waitFor(t, 5*h.TTL, id+" to queue", func() bool {
+			p, err := c.position(ctx)
+			return err == nil && p == i+1
+		})
 	}
-	if err := holder.Resign(ctx); err != nil {
-		t.Fatalf("Resign: %v", err)
+	if err := holder.release(ctx); err != nil {
+		t.Fatalf("holder: %v", err)
 	}
 	wg.Wait()
 	close(order)
 	i := 0
 	for id := range order {
 		if want := fmt.Sprintf("w%d", i); id != want {
-			t.Fatalf("election %d went to %s, want %s (arrival order)", i, id, want)
+			t.Fatalf("turn %d went to %s, want %s (arrival order)", i, id, want)
 		}
 		i++
 	}
 	if i != n {
-		t.Fatalf("%d of %d waiters elected", i, n)
+		t.Fatalf("%d of %d waiters got their turn", i, n)
 	}
 }
 
@@ -986,52 +1009,14 @@ func (h Harness) NewMutex(t testing.TB, key, identity string) (*election.Mutex, 
 
 func testMutexArrivalOrder(t *testing.T, h Harness) {
 	key := Key(t)
-	ctx := ctxT(t, 30*h.TTL)
-	holder, _ := h.NewMutex(t, key, "holder")
-	if _, err := holder.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n := h.Arrivals
-	if n == 0 {
-		n = 6
-	}
-	order := make(chan string, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		id := fmt.Sprintf("w%d", i)
+	arrivalOrder(t, h, 30*h.TTL, func(id string) candidate {
 		m, _ := h.NewMutex(t, key, id)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := m.Lock(ctx); err != nil {
-				t.Errorf("%s: Lock: %v", id, err)
-				return
-			}
-			order <- id
-			if err := m.Unlock(ctx); err != nil {
-				t.Errorf("%s: Unlock: %v", id, err)
-			}
-		}()
-		waitFor(t, 5*h.TTL, id+" to queue", func() bool {
-			p, err := m.Position(ctx)
-			return err == nil && p == i+1
-		})
-	}
-	if err := holder.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	close(order)
-	i := 0
-	for id := range order {
-		if want := fmt.Sprintf("w%d", i); id != want {
-			t.Fatalf("lock %d went to %s, want %s (arrival order)", i, id, want)
+		return candidate{
+			acquire:  func(ctx context.Context) error { _, err := m.Lock(ctx); return err },
+			release:  m.Unlock,
+			position: m.Position,
 		}
-		i++
-	}
-	if i != n {
-		t.Fatalf("%d of %d waiters got the lock", i, n)
-	}
+	})
 }
 
 func testMutexTryLock(t *testing.T, h Harness) {
