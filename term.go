@@ -25,6 +25,13 @@ type Term struct {
 	// znode path), which backend-side fences compare against. Empty when
 	// unknown (an observer's view).
 	Entry string
+	// Advisory is true when the term comes from a backend that is not
+	// linearizable (Redis): its Token orders terms only as long as that
+	// backend keeps its data, and can go back after a failover to a replica
+	// that missed a write. An advisory term avoids duplicate work; it does
+	// not fence. Verifiers that must fence (fence.Require, pgfence's
+	// DoTerm, etcdfence, zkfence) refuse it.
+	Advisory bool
 	// Since is the local time at which this process learned of the term. It
 	// is meaningful only on the machine that set it; never compare it with
 	// another machine's clock.

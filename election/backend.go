@@ -67,7 +67,8 @@ type Ticket struct {
 	// Identity is the candidate's identity, stored in the entry.
 	Identity string
 	// Token orders the queue and is the term's fencing token when the entry
-	// leads.
+	// leads. Backends that issue tokens at the head (see Session.WaitHead)
+	// leave it 0 until then.
 	Token uint64
 	// Name is the backend's own name for the entry (etcd key, znode path).
 	Name string
@@ -97,9 +98,13 @@ type Session interface {
 	Ahead(ctx context.Context, t Ticket) (int, error)
 	// WaitHead blocks until t is the first entry of its key's queue, then
 	// returns after a read that shows t's entry still exists under this
-	// session. It fails with tenure.ErrOwnershipLost or
-	// tenure.ErrSessionExpired when the entry is lost while waiting.
-	WaitHead(ctx context.Context, t Ticket) error
+	// session. It returns t, with its Token set when the backend issues
+	// tokens only at the head (Redis: a token taken at arrival could be
+	// lower than that of a later arrival that acquired first); backends
+	// that set the token at Enqueue return t unchanged. It fails with
+	// tenure.ErrOwnershipLost or tenure.ErrSessionExpired when the entry is
+	// lost while waiting.
+	WaitHead(ctx context.Context, t Ticket) (Ticket, error)
 	// WatchLoss blocks until t's entry is deleted or no longer belongs to
 	// this session, and returns why (tenure.ErrOwnershipLost or
 	// tenure.ErrSessionExpired), or ctx.Err() when ctx ends first.

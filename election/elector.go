@@ -138,7 +138,7 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	if err != nil {
 		return nil, e.ctxErr(ctx, err)
 	}
-	l := newLease(sess, e.clock, e.cfg.DeadlineMargin, e.cfg.CleanupTimeout, e.log, e.rec.sessionLost)
+	l := newLease(sess, e.clock, e.cfg.DeadlineMargin, e.cfg.CleanupTimeout, e.log, e.rec.sessionLost, e.rec.renewalFailed)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -241,7 +241,7 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	defer stopAfter()
 
 	t, err := l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
-	if err == nil && t.Token <= e.lastToken() {
+	if err == nil && t.Token != 0 && t.Token <= e.lastToken() {
 		// An entry an earlier term of this session left behind (its
 		// resignation failed): a new term must get a new, larger token.
 		if err = l.sess.Dequeue(waitCtx, t); err == nil {
@@ -266,16 +266,23 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 		}
 	}
 	log.Debug("campaign queued")
-	if err := l.sess.WaitHead(waitCtx, t); err != nil {
+	head, err := l.sess.WaitHead(waitCtx, t)
+	if err != nil {
 		e.cleanup(ctx, l, t)
 		return nil, e.campaignErr(ctx, l, err)
+	}
+	t = head
+	if t.Token == 0 {
+		e.cleanup(ctx, l, t)
+		return nil, fmt.Errorf("tenure: backend %s granted %q without a token", e.b.Name(), e.cfg.Key)
 	}
 	// Ownership was re-read by WaitHead; the lease must still be trusted.
 	if !l.Valid() {
 		e.cleanup(ctx, l, t)
 		return nil, e.campaignErr(ctx, l, tenure.ErrLeaseExpired)
 	}
-	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Entry: t.Name, Since: e.clock.Now()}
+	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Entry: t.Name,
+		Advisory: !e.b.Linearizable(), Since: e.clock.Now()}
 	ld := e.startLeadership(l, t, term, managed)
 	if ld == nil { // Close came first: do not lead
 		e.cleanup(ctx, l, t)

@@ -30,6 +30,7 @@ type lease struct {
 	done   chan struct{}
 	closeT time.Duration
 	onLost func() // the session was lost (not closed)
+	onFail func() // a renewal attempt failed
 
 	mu        sync.Mutex
 	deadline  time.Time
@@ -39,7 +40,7 @@ type lease struct {
 	idle      chan struct{} // closed while holds == 0
 }
 
-func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log *zap.Logger, onLost func()) *lease {
+func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log *zap.Logger, onLost, onFail func()) *lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	g := sess.Granted()
 	l := &lease{
@@ -48,6 +49,7 @@ func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log
 		stopCh: make(chan struct{}), done: make(chan struct{}),
 		closeT:   closeTimeout,
 		onLost:   onLost,
+		onFail:   onFail,
 		deadline: g.Sent.Add(g.TTL - margin),
 		idle:     closedCh,
 	}
@@ -115,6 +117,7 @@ func (l *lease) apply(r Renewal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r.Err != nil {
+		l.onFail()
 		if !l.suspended {
 			l.log.Warn("lease renewal failed; suspended until the deadline", zap.Error(r.Err),
 				zap.Duration("remaining", l.deadline.Sub(l.clock.Now())))

@@ -23,6 +23,7 @@ import (
 //	tenure_session_expirations_total  counter: sessions lost (expired, revoked, or deadline passed)
 //	tenure_failover_seconds           histogram: from the observed loss of a leader to the next leader, as this process's watch saw it
 //	tenure_lock_wait_seconds          histogram: how long Mutex.Lock waited
+//	tenure_watchdog_failures_total    counter: lease renewals (etcd keep-alives, ZooKeeper pings, Redis watchdog extensions) that failed
 //
 // Gauges are computed when Prometheus scrapes. Create one Metrics per
 // registry; it is safe for concurrent use.
@@ -32,6 +33,7 @@ type Metrics struct {
 	expirations *prometheus.CounterVec
 	failover    *prometheus.HistogramVec
 	lockWait    *prometheus.HistogramVec
+	watchdog    *prometheus.CounterVec
 
 	isLeader, term, leaseRemaining, suspended *prometheus.Desc
 
@@ -72,6 +74,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "How long Mutex.Lock waited for the lock.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, labels),
+		watchdog: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_watchdog_failures_total",
+			Help: "Lease renewals that failed: etcd keep-alives, ZooKeeper session pings, Redis watchdog extensions. Each failure suspends the leader until a renewal succeeds or the deadline passes.",
+		}, labels),
 		isLeader:       prometheus.NewDesc("tenure_is_leader", "1 while this process leads the key, else 0.", labels, nil),
 		term:           prometheus.NewDesc("tenure_term", "Fencing token of the term this process holds; 0 when it does not lead.", labels, nil),
 		leaseRemaining: prometheus.NewDesc("tenure_lease_remaining_seconds", "Seconds until the lease deadline, after which a leader demotes itself; 0 without a session.", labels, nil),
@@ -91,6 +97,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.expirations.Describe(ch)
 	m.failover.Describe(ch)
 	m.lockWait.Describe(ch)
+	m.watchdog.Describe(ch)
 	ch <- m.isLeader
 	ch <- m.term
 	ch <- m.leaseRemaining
@@ -104,6 +111,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.expirations.Collect(ch)
 	m.failover.Collect(ch)
 	m.lockWait.Collect(ch)
+	m.watchdog.Collect(ch)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b2f := func(b bool) float64 {
@@ -191,6 +199,12 @@ func (r recorder) sessionLost() {
 	}
 }
 
+func (r recorder) renewalFailed() {
+	if r.m != nil {
+		r.m.watchdog.WithLabelValues(r.key, r.backend).Inc()
+	}
+}
+
 func (r recorder) failover(d time.Duration) {
 	if r.m != nil {
 		r.m.failover.WithLabelValues(r.key, r.backend).Observe(d.Seconds())
@@ -213,4 +227,5 @@ func (r recorder) init() {
 		r.m.transitions.WithLabelValues(r.key, r.backend, why)
 	}
 	r.m.expirations.WithLabelValues(r.key, r.backend)
+	r.m.watchdog.WithLabelValues(r.key, r.backend)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -274,6 +275,12 @@ func TestMetrics_LeaseLossIsCountedAndLoggedAtWarn(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// Every failed keep-alive counts as a watchdog failure; the cut lasts
+	// at least until the deadline, so there was at least one.
+	failures := regexp.MustCompile(`tenure_watchdog_failures_total\{backend="etcd",key="` + regexp.QuoteMeta(key) + `"\} (\d+)`).FindStringSubmatch(out)
+	if failures == nil || failures[1] == "0" {
+		t.Errorf("tenure_watchdog_failures_total after a cut-off = %v, want at least 1", failures)
 	}
 	lost := logs.FilterMessage("leadership lost").All()
 	if len(lost) != 1 || lost[0].Level != zap.WarnLevel || !strings.Contains(lost[0].ContextMap()["reason"].(string), "lease deadline") {

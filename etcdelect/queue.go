@@ -127,7 +127,13 @@ const retryPause = 50 * time.Millisecond
 // newest older entry (the predecessor) and t's own entry. Transient failures
 // are retried until ctx ends; the elector ends ctx when the session can no
 // longer be trusted.
-func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
+// WaitHead implements election.Session. Tokens are set at Enqueue, so t
+// comes back unchanged.
+func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Ticket, error) {
+	return t, s.waitHead(ctx, t)
+}
+
+func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	var ow *ownWatch

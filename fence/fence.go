@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenure-go/tenure"
 )
 
 // ErrStale is wrapped by every refusal: the write carried a term lower than
@@ -114,3 +116,28 @@ func (g *Guard) Highest(resource string) uint64 {
 	defer g.mu.Unlock()
 	return g.highest[resource]
 }
+
+// Require returns nil when t can fence: a real term from a linearizable
+// backend. It returns an error wrapping tenure.ErrInvalidConfig for the
+// zero term and for an advisory term (Term.Advisory: Redis), whose token
+// can go back after a failover, so that a verifier would refuse the
+// rightful leader or admit a stale one. It is safe for concurrent use.
+func Require(t tenure.Term) error {
+	if t.Token == 0 {
+		return fmt.Errorf("%w: fence: the zero term cannot write", tenure.ErrInvalidConfig)
+	}
+	if t.Advisory {
+		return fmt.Errorf("%w: fence: term %v comes from %s, which is efficiency-only: its tokens can go back after a failover; use etcd or ZooKeeper to fence", tenure.ErrInvalidConfig, t, t.Backend)
+	}
+	return nil
+}
+
+// CheckTerm is Check for a whole term, refusing advisory terms first (see
+// Require): the strong mode of the guard.
+func (g *Guard) CheckTerm(resource string, t tenure.Term) error {
+	if err := Require(t); err != nil {
+		return err
+	}
+	return g.Check(resource, t.Token)
+}
+

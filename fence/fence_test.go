@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/fence"
 )
 
@@ -117,5 +118,28 @@ func TestMiddleware_StaleTermGets409(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Rejections().WithLabelValues("orders", "http")); got != 1 {
 		t.Fatalf("rejections{http} = %v, want 1", got)
+	}
+}
+
+// TestRequire_RefusesAdvisoryTerms: the strong mode refuses the zero term
+// and a term from an efficiency-only backend, and admits a real one.
+func TestRequire_RefusesAdvisoryTerms(t *testing.T) {
+	var g fence.Guard
+	redis := tenure.Term{Token: 7, Key: "report", Backend: "redis", Advisory: true}
+	if err := g.CheckTerm("report", redis); !errors.Is(err, tenure.ErrInvalidConfig) || !strings.Contains(err.Error(), "redis") {
+		t.Fatalf("advisory term: got %v, want ErrInvalidConfig naming redis", err)
+	}
+	if g.Highest("report") != 0 {
+		t.Fatalf("a refused advisory term moved the guard to %d", g.Highest("report"))
+	}
+	if err := fence.Require(tenure.Term{}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("zero term: got %v", err)
+	}
+	etcd := tenure.Term{Token: 7, Key: "report", Backend: "etcd"}
+	if err := g.CheckTerm("report", etcd); err != nil {
+		t.Fatalf("linearizable term refused: %v", err)
+	}
+	if err := g.CheckTerm("report", tenure.Term{Token: 6, Backend: "etcd"}); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("lower term: got %v, want ErrStale", err)
 	}
 }

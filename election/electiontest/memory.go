@@ -407,7 +407,13 @@ func (s *session) waitUntil(ctx context.Context, t election.Ticket, done func(po
 	}
 }
 
-func (s *session) WaitHead(ctx context.Context, t election.Ticket) error {
+// WaitHead implements election.Session. Tokens are set at Enqueue, so t
+// comes back unchanged.
+func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Ticket, error) {
+	return t, s.waitHead(ctx, t)
+}
+
+func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	return s.waitUntil(ctx, t, func(pos int, err error) (bool, error) {
 		return err != nil || pos == 0, err
 	})

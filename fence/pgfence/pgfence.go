@@ -104,3 +104,13 @@ func (f Fence) Do(ctx context.Context, db Beginner, resource string, token uint6
 	}
 	return tx.Commit(ctx)
 }
+
+// DoTerm is Do with term's token, after refusing an advisory term (see
+// fence.Require): the strong mode for callers that hold a tenure.Term.
+func (f Fence) DoTerm(ctx context.Context, db Beginner, resource string, term tenure.Term, write func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := fence.Require(term); err != nil {
+		return err
+	}
+	return f.Do(ctx, db, resource, term.Token, write)
+}
+
