@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tenure's whole test suite, on a fresh machine: installs what the tests need
-# (ZooKeeper, Curator, kazoo, a JDK and PostgreSQL from Debian's packages,
+# (ZooKeeper, Curator, kazoo, a JDK, PostgreSQL and Redis from Debian's packages,
 # when missing), checks formatting and vet, runs the core and the backends with
 # the race detector, then the rest. The servers are started and stopped by the
 # tests themselves on free loopback ports: etcd embedded in the test process,
@@ -23,12 +23,12 @@ step() { printf '\n== %s\n' "$*"; }
 # compile their small Java program.
 step "system packages"
 need=()
-for pkg in zookeeper libcurator-recipes-java python3-kazoo postgresql; do
+for pkg in zookeeper libcurator-recipes-java python3-kazoo postgresql redis-server; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 if [ ${#need[@]} -eq 0 ]; then
-  echo "zookeeper, libcurator-recipes-java, python3-kazoo, postgresql and javac are installed"
+  echo "zookeeper, libcurator-recipes-java, python3-kazoo, postgresql, redis-server and javac are installed"
 else
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need the Debian packages ${need[*]}, and this machine has no apt-get" >&2
@@ -58,8 +58,8 @@ step "go vet"
 go vet ./...
 
 step "tests (race detector on the core; goleak in every package's TestMain)"
-go test -race -count=1 -timeout 15m ./election/... ./etcdelect/... ./zkelect/... ./fence/...
-go test -count=1 -timeout 15m ./cmd/... ./internal/... ./test/...
+go test -race -count=1 -timeout 15m ./election/... ./etcdelect/... ./zkelect/... ./redislock/... ./fence/...
+go test -count=1 -timeout 15m ./cmd/... ./internal/... ./test/... ./examples/...
 
 step "benchmarks, a few iterations each so they cannot rot (make bench measures)"
 go test -count=1 -run '^$' -bench . -benchtime 5x -timeout 10m ./test/ -args -zkbench.warmup=0

@@ -1,0 +1,149 @@
+// Package redisserver runs real Redis servers (Debian's redis-server, which
+// scripts/test.sh installs) as child processes for tenure's tests: each on a
+// free 127.0.0.1 port, with persistence off and its own directory. A server
+// dies with the test process (SIGKILL through Pdeathsig), so none outlives a
+// test run.
+package redisserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tenure-go/tenure/internal/testnet"
+)
+
+// Program is the server binary, looked up on PATH.
+const Program = "redis-server"
+
+// Installed returns nil when redis-server can be run, or an error saying how
+// to install it.
+func Installed() error {
+	if _, err := exec.LookPath(Program); err != nil {
+		return fmt.Errorf("redisserver: %s not found (apt-get install redis-server; scripts/test.sh does it): %w", Program, err)
+	}
+	return nil
+}
+
+// Options configure a server. The zero value is a server without a password.
+type Options struct {
+	// Password, when set, is required by AUTH (requirepass).
+	Password string
+	// Args are extra "--name value" arguments for redis-server.
+	Args []string
+}
+
+// Server is one running (or stopped) redis-server. Its methods are safe for
+// concurrent use.
+type Server struct {
+	dir  string
+	port int
+	opts Options
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Start runs a redis-server with its files in dir (created if missing).
+func Start(dir string, opts Options) (*Server, error) {
+	if err := Installed(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ports, err := testnet.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dir: dir, port: ports[0], opts: opts}
+	if err := s.Restart(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// LogFile is the server's log.
+func (s *Server) LogFile() string { return filepath.Join(s.dir, "redis.log") }
+
+// Restart starts the server again on the same port after Stop or Kill (its
+// data is gone: persistence is off). It is a no-op while it runs.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return nil
+	}
+	args := []string{
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", s.LogFile(), "--daemonize", "no",
+		"--protected-mode", "no",
+	}
+	if s.opts.Password != "" {
+		args = append(args, "--requirepass", s.opts.Password)
+	}
+	args = append(args, s.opts.Args...)
+	cmd := exec.Command(Program, args...)
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redisserver: start: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case werr := <-exited:
+			return fmt.Errorf("redisserver: redis-server exited (%v):\n%s", werr, testnet.LogTail(s.LogFile(), 0))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return errors.New("redisserver: redis-server not listening after 15s:\n" + testnet.LogTail(s.LogFile(), 0))
+		}
+	}
+	s.cmd = cmd
+	go func() { // reap; a later Kill finds the process gone
+		<-exited
+	}()
+	return nil
+}
+
+// Kill stops the server at once (SIGKILL). Restart brings it back.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	// Wait until the port is free, so that a Restart can bind it.
+	for i := 0; i < 200; i++ {
+		c, err := net.DialTimeout("tcp", s.Addr(), 50*time.Millisecond)
+		if err != nil {
+			break
+		}
+		c.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.cmd = nil
+}
+
+// Close stops the server. It is idempotent.
+func (s *Server) Close() { s.Kill() }

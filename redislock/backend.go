@@ -1,0 +1,549 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// Name is the backend's name in terms, logs and metrics.
+const Name = "redis"
+
+// Options tune the backend. The zero value is ready to use.
+type Options struct {
+	// DriftFactor is the clock drift allowed between this process and the
+	// Redis servers, as a fraction of the TTL; 2 ms are added to it, as
+	// Redlock does. It is subtracted from every validity time. Default:
+	// 0.01.
+	DriftFactor float64
+	// PollInterval bounds how long a waiter waits without a release message
+	// before it tries again (messages can be lost when a connection drops;
+	// keys that expire publish nothing). Default: 500 ms.
+	PollInterval time.Duration
+	// ChannelPrefix prefixes the pub/sub channel of a key. Default:
+	// "tenure:".
+	ChannelPrefix string
+}
+
+func (o Options) withDefaults() Options {
+	if o.DriftFactor == 0 {
+		o.DriftFactor = 0.01
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 500 * time.Millisecond
+	}
+	if o.ChannelPrefix == "" {
+		o.ChannelPrefix = "tenure:"
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	if o.DriftFactor < 0 || o.DriftFactor >= 0.5 {
+		return fmt.Errorf("%w: redislock: DriftFactor %v must be in [0, 0.5)", tenure.ErrInvalidConfig, o.DriftFactor)
+	}
+	if o.PollInterval < time.Millisecond {
+		return fmt.Errorf("%w: redislock: PollInterval %v must be at least 1ms", tenure.ErrInvalidConfig, o.PollInterval)
+	}
+	return nil
+}
+
+// Backend is an election.Backend on one Redis master, or on N independent
+// masters (Redlock). It is safe for concurrent use.
+type Backend struct {
+	masters []*redis.Client
+	names   []string // the masters' addresses, for errors
+	opts    Options
+	owned   bool // Close closes the clients (Dial made them)
+}
+
+// New returns a backend on the given masters: one for a plain Redis lock,
+// several independent ones (not replicas of each other) for Redlock. The
+// caller keeps ownership of the clients; Backend.Close does not close them.
+func New(masters []*redis.Client, opts Options) (*Backend, error) {
+	if len(masters) == 0 {
+		return nil, fmt.Errorf("%w: redislock: no Redis masters", tenure.ErrInvalidConfig)
+	}
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	b := &Backend{masters: masters, opts: opts}
+	for i, m := range masters {
+		if m == nil {
+			return nil, fmt.Errorf("%w: redislock: master %d is nil", tenure.ErrInvalidConfig, i)
+		}
+		b.names = append(b.names, m.Options().Addr)
+	}
+	return b, nil
+}
+
+// Dial connects to the masters at addrs (host:port), one client each, with
+// base's settings (username, password, TLS, timeouts; Addr is replaced;
+// nil means defaults; maintenance notifications are off unless base turns
+// them on), and checks that a quorum answers PING. Close the
+// backend to close the clients.
+func Dial(ctx context.Context, addrs []string, base *redis.Options, opts Options) (*Backend, error) {
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%w: redislock: no Redis endpoints", tenure.ErrInvalidConfig)
+	}
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if _, _, err := splitHostPort(a); err != nil {
+			return nil, err
+		}
+		if seen[a] {
+			return nil, fmt.Errorf("%w: redislock: endpoint %s given twice (Redlock needs independent masters)", tenure.ErrInvalidConfig, a)
+		}
+		seen[a] = true
+	}
+	var clients []*redis.Client
+	for _, a := range addrs {
+		o := &redis.Options{}
+		if base != nil {
+			c := *base
+			o = &c
+		}
+		o.Addr = a
+		if o.MaintNotificationsConfig == nil {
+			// Maintenance notifications are a managed-cloud feature; off,
+			// they cost no handshake per connection and no goroutines.
+			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		}
+		clients = append(clients, redis.NewClient(o))
+	}
+	b, err := New(clients, opts)
+	if err != nil {
+		closeAll(clients)
+		return nil, err
+	}
+	b.owned = true
+	if _, err := b.pingQuorum(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func splitHostPort(a string) (string, int, error) {
+	i := strings.LastIndexByte(a, ':')
+	if i <= 0 || i == len(a)-1 {
+		return "", 0, fmt.Errorf("%w: redislock: endpoint %q is not HOST:PORT", tenure.ErrInvalidConfig, a)
+	}
+	p, err := strconv.Atoi(a[i+1:])
+	if err != nil || p <= 0 || p > 65535 {
+		return "", 0, fmt.Errorf("%w: redislock: endpoint %q has no valid port", tenure.ErrInvalidConfig, a)
+	}
+	return a[:i], p, nil
+}
+
+func closeAll(cs []*redis.Client) {
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+// Close closes the clients Dial made; for a backend from New it does
+// nothing. Sessions must be closed first.
+func (b *Backend) Close() error {
+	if b.owned {
+		closeAll(b.masters)
+	}
+	return nil
+}
+
+// Masters returns the masters' addresses.
+func (b *Backend) Masters() []string { return append([]string(nil), b.names...) }
+
+// Name implements election.Backend: "redis".
+func (b *Backend) Name() string { return Name }
+
+// Linearizable implements election.Backend: false. Redis replication is
+// asynchronous and keys expire by the server's clock, so tokens can go back
+// and two holders can overlap (see the package documentation).
+func (b *Backend) Linearizable() bool { return false }
+
+// quorum is N/2+1.
+func (b *Backend) quorum() int { return len(b.masters)/2 + 1 }
+
+// MaxKeyLen is the longest key the backend takes, in bytes.
+const MaxKeyLen = 512
+
+// CheckKey implements election.Backend: a key is valid UTF-8 of 1 to
+// MaxKeyLen bytes, without spaces or control characters, and does not end
+// in ":fence" (the suffix of the token counters).
+func (b *Backend) CheckKey(key string) error { return CheckKey(key) }
+
+// CheckKey is Backend.CheckKey, usable before a backend exists.
+func CheckKey(key string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: redislock: key %q %s", tenure.ErrInvalidConfig, key, why)
+	}
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: redislock: empty key", tenure.ErrInvalidConfig)
+	case len(key) > MaxKeyLen:
+		return bad(fmt.Sprintf("is longer than %d bytes", MaxKeyLen))
+	case !utf8.ValidString(key):
+		return bad("is not valid UTF-8")
+	case strings.HasSuffix(key, fenceSuffix):
+		return bad("ends in " + fenceSuffix + ", the suffix of tenure's token counters")
+	}
+	for _, r := range key {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return bad("contains a space or control character")
+		}
+	}
+	return nil
+}
+
+// MinTTL and MaxTTL bound the TTLs the backend takes.
+const (
+	MinTTL = 100 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+)
+
+// CheckTTL implements election.Backend: PX takes whole milliseconds, from
+// MinTTL to MaxTTL.
+func (b *Backend) CheckTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL || ttl%time.Millisecond != 0 {
+		return fmt.Errorf("%w: redislock: TTL %v must be whole milliseconds from %v to %v", tenure.ErrInvalidConfig, ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+// drift is the clock drift allowance for ttl.
+func (b *Backend) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*b.opts.DriftFactor) + 2*time.Millisecond
+}
+
+const fenceSuffix = ":fence"
+
+func (b *Backend) channel(key string) string { return b.opts.ChannelPrefix + key }
+
+// The scripts. A lock's value is "<random> <token> <identity>"; the random
+// part (ARGV[1]) identifies one acquisition.
+var (
+	// KEYS: lock, counter. ARGV: random, identity, ttl ms, channel.
+	// Returns {1, token} when the lock is (now or already) the caller's,
+	// {0, pttl} when someone else holds it.
+	acquireScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+local p = ARGV[1] .. ' '
+if v then
+  if string.sub(v, 1, #p) == p then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    local rest = string.sub(v, #p + 1)
+    local sp = string.find(rest, ' ', 1, true)
+    return {1, string.sub(rest, 1, sp - 1)}
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('INCR', KEYS[2])
+local tok = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[1], p .. tok .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3])
+redis.call('PUBLISH', ARGV[4], 'acquired')
+return {1, tok}
+`)
+	// KEYS: lock. ARGV: random, channel. Deletes only the caller's lock.
+	releaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+local p = ARGV[1] .. ' '
+if v and string.sub(v, 1, #p) == p then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released')
+  return 1
+end
+return 0
+`)
+	// KEYS: lock. ARGV: random, ttl ms. Extends only the caller's lock.
+	extendScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+local p = ARGV[1] .. ' '
+if v and string.sub(v, 1, #p) == p then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+)
+
+// parseValue splits a lock value into its random part, token and identity.
+// ok is false for a value tenure did not write.
+func parseValue(v string) (random string, token uint64, identity string, ok bool) {
+	random, rest, ok1 := strings.Cut(v, " ")
+	tok, identity, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || len(random) != 32 {
+		return "", 0, "", false
+	}
+	if _, err := hex.DecodeString(random); err != nil {
+		return "", 0, "", false
+	}
+	n, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || n == 0 {
+		return "", 0, "", false
+	}
+	return random, n, identity, true
+}
+
+func newRandom() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b[:])
+}
+
+// reply is one master's answer in a fan-out.
+type reply struct {
+	i   int
+	val any
+	err error
+}
+
+// each runs f on every master concurrently and returns the replies in
+// master order.
+func (b *Backend) each(ctx context.Context, f func(ctx context.Context, c *redis.Client) (any, error)) []reply {
+	out := make([]reply, len(b.masters))
+	if len(b.masters) == 1 {
+		v, err := f(ctx, b.masters[0])
+		out[0] = reply{0, v, err}
+		return out
+	}
+	var wg sync.WaitGroup
+	for i, c := range b.masters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := f(ctx, c)
+			out[i] = reply{i, v, err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// quorumErr explains a fan-out that did not reach a quorum, naming the
+// masters that failed.
+func (b *Backend) quorumErr(what string, rs []reply, ok int) error {
+	var failed []string
+	var errs []error
+	for _, r := range rs {
+		if r.err != nil {
+			failed = append(failed, b.names[r.i])
+			errs = append(errs, fmt.Errorf("%s: %w", b.names[r.i], r.err))
+		}
+	}
+	if len(b.masters) == 1 {
+		return fmt.Errorf("%w: redislock: %s on %s: %w", tenure.ErrUnavailable, what, b.names[0], errors.Join(errs...))
+	}
+	return fmt.Errorf("%w: redislock: %s: %d of %d masters answered, quorum is %d; failed: %s: %w",
+		tenure.ErrUnavailable, what, ok, len(b.masters), b.quorum(), strings.Join(failed, ", "), errors.Join(errs...))
+}
+
+// pingQuorum pings every master and returns how many answered, or an error
+// when fewer than a quorum did.
+func (b *Backend) pingQuorum(ctx context.Context) (int, error) {
+	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+		return c.Ping(ctx).Result()
+	})
+	ok := 0
+	for _, r := range rs {
+		if r.err == nil {
+			ok++
+		}
+	}
+	if ok < b.quorum() {
+		if ctx.Err() != nil {
+			return ok, ctx.Err()
+		}
+		return ok, b.quorumErr("PING", rs, ok)
+	}
+	return ok, nil
+}
+
+// OpenSession implements election.Backend. Redis has no sessions: this one
+// lives in this process, pings a quorum of masters to start, and extends
+// every key it holds every opts.RenewInterval (the watchdog).
+func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
+	if err := b.CheckTTL(opts.TTL); err != nil {
+		return nil, err
+	}
+	if opts.RenewInterval <= 0 || opts.RenewInterval >= opts.TTL {
+		return nil, fmt.Errorf("%w: redislock: renew interval %v must be in (0, TTL %v)", tenure.ErrInvalidConfig, opts.RenewInterval, opts.TTL)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	sent := now()
+	if _, err := b.pingQuorum(ctx); err != nil {
+		return nil, err
+	}
+	s := &session{
+		b: b, ttl: opts.TTL, every: opts.RenewInterval, now: now,
+		granted: election.Renewal{Sent: sent, TTL: opts.TTL - b.drift(opts.TTL)},
+		entries: map[string]*entry{},
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	s.Init()
+	go s.watchdog()
+	return s, nil
+}
+
+// Leader implements election.Backend: the holder whose value a quorum of
+// masters has. A value tenure did not write makes the key held by an
+// unknown holder (Identity empty, Token 0).
+func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
+	if err := CheckKey(key); err != nil {
+		return tenure.Leader{}, err
+	}
+	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+		v, err := c.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			return "", nil
+		}
+		return v, err
+	})
+	answered := 0
+	votes := map[string]int{} // by random part; foreign values by themselves
+	for _, r := range rs {
+		if r.err != nil {
+			continue
+		}
+		answered++
+		if v := r.val.(string); v != "" {
+			votes[holderOf(v)]++
+		}
+	}
+	if answered < b.quorum() {
+		if ctx.Err() != nil {
+			return tenure.Leader{}, ctx.Err()
+		}
+		return tenure.Leader{}, b.quorumErr("GET "+key, rs, answered)
+	}
+	for holder, n := range votes {
+		if n < b.quorum() {
+			continue
+		}
+		term := tenure.Term{Key: key, Backend: Name, Advisory: true}
+		for _, r := range rs {
+			v, _ := r.val.(string)
+			if r.err != nil || v == "" || holderOf(v) != holder {
+				continue
+			}
+			// Each master counts its own tokens: the largest is the term's.
+			if random, tok, id, ok := parseValue(v); ok && tok > term.Token {
+				term.Token, term.Identity, term.Entry = tok, id, random
+			}
+		}
+		return tenure.Leader{Key: key, Term: term}, nil
+	}
+	return tenure.Leader{Key: key, Vacant: true}, nil
+}
+
+// holderOf names the holder of a lock value: its random part, or the whole
+// value when tenure did not write it.
+func holderOf(v string) string {
+	if random, _, _, ok := parseValue(v); ok {
+		return random
+	}
+	return "foreign " + v
+}
+
+// Observe implements election.Backend: it emits the leader now, after every
+// acquisition or release message on the key's channel, and at least every
+// PollInterval (keys that expire publish nothing).
+func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Leader)) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	sub, err := b.subscribe(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer sub.close()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sub.ch:
+		case <-t.C:
+		}
+		l, err := b.Leader(ctx, key)
+		if err != nil {
+			return err
+		}
+		emit(l)
+		t.Reset(b.opts.PollInterval)
+	}
+}
+
+// subscription listens on a key's channel on every master that answers.
+type subscription struct {
+	pss []*redis.PubSub
+	ch  chan struct{} // one pending wake-up at most
+	wg  sync.WaitGroup
+}
+
+func (b *Backend) subscribe(ctx context.Context, key string) (*subscription, error) {
+	s := &subscription{ch: make(chan struct{}, 1)}
+	ch := b.channel(key)
+	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+		ps := c.Subscribe(ctx, ch)
+		if _, err := ps.Receive(ctx); err != nil { // the subscription is active
+			_ = ps.Close()
+			return nil, err
+		}
+		return ps, nil
+	})
+	ok := 0
+	for _, r := range rs {
+		if r.err != nil {
+			continue
+		}
+		ok++
+		ps := r.val.(*redis.PubSub)
+		s.pss = append(s.pss, ps)
+		msgs := ps.Channel()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for range msgs {
+				select {
+				case s.ch <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	if ok < b.quorum() {
+		s.close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, b.quorumErr("SUBSCRIBE "+ch, rs, ok)
+	}
+	return s, nil
+}
+
+func (s *subscription) close() {
+	for _, ps := range s.pss {
+		_ = ps.Close()
+	}
+	s.wg.Wait()
+}

@@ -1,0 +1,393 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.uber.org/goleak"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
+	"github.com/tenure-go/tenure/fence"
+	"github.com/tenure-go/tenure/internal/faultproxy"
+	"github.com/tenure-go/tenure/internal/redisserver"
+	"github.com/tenure-go/tenure/redislock"
+)
+
+var (
+	srv     *redisserver.Server
+	baseDir string
+)
+
+// quiet drops go-redis's own log lines (dial failures are expected in
+// tests that stop servers).
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{})
+	dir, err := os.MkdirTemp("", "tenure-redis-")
+	if err != nil {
+		panic(err)
+	}
+	baseDir = dir
+	srv, err = redisserver.Start(dir+"/main", redisserver.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	srv.Close()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func client(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaintNotificationsConfig: noMaint()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func noMaint() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// harness gives each backend its own client behind its own fault proxy, as
+// a separate process would have.
+type harness struct {
+	mu      sync.Mutex
+	proxies map[election.Backend]*faultproxy.Proxy
+	clients map[election.Backend]*redis.Client
+}
+
+func (h *harness) newBackend(t testing.TB) election.Backend {
+	p, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaintNotificationsConfig: noMaint()})
+	b, err := redislock.New([]*redis.Client{c}, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.proxies[b], h.clients[b] = p, c
+	h.mu.Unlock()
+	t.Cleanup(func() { c.Close(); p.Close() })
+	return b
+}
+
+func newHarness() electiontest.Harness {
+	h := &harness{proxies: map[election.Backend]*faultproxy.Proxy{}, clients: map[election.Backend]*redis.Client{}}
+	return electiontest.Harness{
+		TTL:        time.Second,
+		NewBackend: h.newBackend,
+		// A waiter wakes when the holder's key expires (it reads the key's
+		// remaining TTL), plus one round trip.
+		FailoverSlack: 300 * time.Millisecond,
+		Unordered:     true,
+		Crash: func(_ testing.TB, b election.Backend) {
+			// A killed process's connection drops; its key is not deleted.
+			h.mu.Lock()
+			p := h.proxies[b]
+			h.mu.Unlock()
+			p.Blackhole()
+		},
+		CutOff: func(_ testing.TB, b election.Backend) func() {
+			h.mu.Lock()
+			p := h.proxies[b]
+			h.mu.Unlock()
+			p.Blackhole()
+			return p.Heal
+		},
+	}
+}
+
+func TestConformance_Redis(t *testing.T) { electiontest.Run(t, newHarness()) }
+
+// TestStaleReleaseDeletesNothing: a holder whose key expired (it was cut
+// off) and was taken by another releases nothing of the new holder's.
+func TestStaleReleaseDeletesNothing(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	h := &harness{proxies: map[election.Backend]*faultproxy.Proxy{}, clients: map[election.Backend]*redis.Client{}}
+	key := electiontest.Key(t)
+	ba := h.newBackend(t)
+	opts := election.SessionOptions{TTL: 500 * time.Millisecond, RenewInterval: 150 * time.Millisecond}
+	sa, err := ba.OpenSession(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close(context.Background())
+	ta, err := sa.Enqueue(ctx, key, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ta, err = sa.WaitHead(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	h.proxies[ba].Blackhole() // a's watchdog can no longer extend
+	bb := h.newBackend(t)
+	sb, err := bb.OpenSession(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	tb, err := sb.Enqueue(ctx, key, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb, err = sb.WaitHead(ctx, tb); err != nil { // after a's key expired
+		t.Fatal(err)
+	}
+	if tb.Token <= ta.Token {
+		t.Fatalf("b's token %d is not above a's %d", tb.Token, ta.Token)
+	}
+	h.proxies[ba].Heal()
+	if err := sa.Dequeue(ctx, ta); err != nil {
+		t.Fatalf("stale release: %v", err)
+	}
+	l, err := bb.Leader(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Vacant || l.Term.Identity != "b" || l.Term.Token != tb.Token || !l.Term.Advisory {
+		t.Fatalf("after a's stale release the leader is %+v, want b's advisory term %d", l, tb.Token)
+	}
+	// A stale extension does not extend b's key either: a's watchdog finds
+	// the key someone else's and a's loss is reported.
+	if err := sa.WatchLoss(ctx, ta); !errors.Is(err, tenure.ErrOwnershipLost) {
+		t.Fatalf("a's WatchLoss = %v, want ErrOwnershipLost", err)
+	}
+}
+
+// TestWatchdogKeepsLongJob: a job that runs three times its TTL keeps the
+// lock; a waiter enters only after the job returns.
+func TestWatchdogKeepsLongJob(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	h := newHarness()
+	key := electiontest.Key(t)
+	const ttl = time.Second
+	holder, _ := h.NewElector(t, key, "holder")
+	waiter, _ := h.NewElector(t, key, "waiter")
+	elected := make(chan struct{})
+	var jobEnd time.Time
+	var mu sync.Mutex
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() {
+		runErr <- holder.Run(runCtx, tenure.Callbacks{OnElected: func(lctx context.Context, _ tenure.Term) {
+			close(elected)
+			select {
+			case <-time.After(3 * ttl):
+			case <-lctx.Done():
+				t.Errorf("the job lost its lock while running: %v", context.Cause(lctx))
+			}
+			mu.Lock()
+			jobEnd = time.Now()
+			mu.Unlock()
+			stop() // one job, then resign
+		}})
+	}()
+	<-elected
+	if _, err := waiter.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	entered := time.Now()
+	mu.Lock()
+	end := jobEnd
+	mu.Unlock()
+	if end.IsZero() || entered.Before(end) {
+		t.Fatalf("the waiter entered at %v, before the job ended (%v)", entered, end)
+	}
+	if err := <-runErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	t.Logf("waiter entered %v after the %v job ended", entered.Sub(end), 3*ttl)
+}
+
+// TestRedlockQuorum: with five masters, two stopped, the lock is granted;
+// with three stopped, campaigning fails with an error naming the quorum and
+// the masters that failed.
+func TestRedlockQuorum(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	var servers []*redisserver.Server
+	var clients []*redis.Client
+	for i := range 5 {
+		s, err := redisserver.Start(fmt.Sprintf("%s/%s-%d", baseDir, t.Name(), i), redisserver.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		servers = append(servers, s)
+		clients = append(clients, client(t, s.Addr()))
+	}
+	b, err := redislock.New(clients, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := electiontest.Key(t)
+	cfg := election.Config{Key: key, Identity: "a", TTL: 2 * time.Second}
+	servers[0].Kill()
+	servers[3].Kill()
+	e, err := election.New(b, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign with 3 of 5 masters: %v", err)
+	}
+	if !term.Advisory || term.Token == 0 {
+		t.Fatalf("term %+v: want an advisory term with a token", term)
+	}
+	// The key is on the three live masters, with a's value.
+	for _, i := range []int{1, 2, 4} {
+		v, err := clients[i].Get(ctx, key).Result()
+		if err != nil || !strings.HasSuffix(v, " a") {
+			t.Fatalf("master %d: %q, %v; want a's value", i, v, err)
+		}
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{1, 2, 4} {
+		if n, err := clients[i].Exists(ctx, key).Result(); err != nil || n != 0 {
+			t.Fatalf("master %d still has the key after Close (%d, %v)", i, n, err)
+		}
+	}
+
+	servers[1].Kill()
+	e2, err := election.New(b, election.Config{Key: key, Identity: "b", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close(context.Background())
+	_, err = e2.Campaign(ctx)
+	if !errors.Is(err, tenure.ErrUnavailable) {
+		t.Fatalf("Campaign with 2 of 5 masters = %v, want ErrUnavailable", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"quorum is 3", servers[0].Addr(), servers[1].Addr(), servers[3].Addr()} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("quorum error %q does not name %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, servers[2].Addr()) {
+		t.Errorf("quorum error %q names a live master", msg)
+	}
+	t.Logf("quorum error: %v", err)
+}
+
+// TestForeignValue: a key that another client wrote is held by an unknown
+// holder; tenure neither deletes nor extends it, and waits for it.
+func TestForeignValue(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	h := newHarness()
+	key := electiontest.Key(t)
+	raw := client(t, srv.Addr())
+	if err := raw.Set(ctx, key, "not tenure's \x00\xff", 700*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e, b := h.NewElector(t, key, "a")
+	l, err := b.Leader(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Vacant || l.Term.Token != 0 || l.Term.Identity != "" {
+		t.Fatalf("Leader over a foreign value = %+v, want held by an unknown holder", l)
+	}
+	if _, err := e.TryCampaign(ctx); !errors.Is(err, tenure.ErrLocked) {
+		t.Fatalf("TryCampaign over a foreign value = %v, want ErrLocked", err)
+	}
+	if v, err := raw.Get(ctx, key).Result(); err != nil || v != "not tenure's \x00\xff" {
+		t.Fatalf("the foreign value became %q, %v", v, err)
+	}
+	// It expires; then tenure takes the key.
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMutexAndFencesRefuseRedis: APIs that need a linearizable lock refuse
+// the backend with a clear error.
+func TestMutexAndFencesRefuseRedis(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	h := newHarness()
+	key := electiontest.Key(t)
+	b := h.NewBackend(t)
+	if _, err := election.NewMutex(b, election.Config{Key: key, Identity: "a"}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("NewMutex on redis = %v, want ErrInvalidConfig", err)
+	}
+	e, _ := h.NewElector(t, key, "a")
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g fence.Guard
+	if err := g.CheckTerm("report", term); !errors.Is(err, tenure.ErrInvalidConfig) || !strings.Contains(err.Error(), "efficiency-only") {
+		t.Fatalf("Guard.CheckTerm(redis term) = %v, want a refusal", err)
+	}
+}
+
+// TestBadInput: invalid keys, TTLs, endpoints and options give clear errors.
+func TestBadInput(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	for _, key := range []string{"", "a b", "x\n", "report:fence", strings.Repeat("k", redislock.MaxKeyLen+1), "\xff"} {
+		if err := redislock.CheckKey(key); !errors.Is(err, tenure.ErrInvalidConfig) {
+			t.Errorf("CheckKey(%q) = %v, want ErrInvalidConfig", key, err)
+		}
+	}
+	b, err := redislock.New([]*redis.Client{client(t, srv.Addr())}, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{0, 50 * time.Millisecond, 1500 * time.Microsecond, 25 * time.Hour} {
+		if err := b.CheckTTL(ttl); !errors.Is(err, tenure.ErrInvalidConfig) {
+			t.Errorf("CheckTTL(%v) = %v, want ErrInvalidConfig", ttl, err)
+		}
+	}
+	if _, err := redislock.New(nil, redislock.Options{}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("New(no masters) = %v", err)
+	}
+	if _, err := redislock.New([]*redis.Client{client(t, srv.Addr())}, redislock.Options{DriftFactor: 0.7}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("New(DriftFactor 0.7) = %v", err)
+	}
+	for _, eps := range [][]string{nil, {"nohost"}, {"h:0"}, {"h:99999"}, {srv.Addr(), srv.Addr()}} {
+		if _, err := redislock.Dial(ctx, eps, nil, redislock.Options{}); !errors.Is(err, tenure.ErrInvalidConfig) {
+			t.Errorf("Dial(%q) = %v, want ErrInvalidConfig", eps, err)
+		}
+	}
+	// A closed port: unavailable, named.
+	dead, err := redisserver.Start(baseDir+"/dead", redisserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	_, err = redislock.Dial(ctx, []string{dead.Addr()}, &redis.Options{DialTimeout: 300 * time.Millisecond, MaxRetries: -1}, redislock.Options{})
+	if !errors.Is(err, tenure.ErrUnavailable) || !strings.Contains(err.Error(), dead.Addr()) {
+		t.Errorf("Dial(closed port) = %v, want ErrUnavailable naming %s", err, dead.Addr())
+	}
+}

@@ -1,0 +1,422 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// session is a client-side session: the entries one candidate has, and the
+// watchdog that extends the held ones.
+type session struct {
+	election.SessionSignals
+	b       *Backend
+	ttl     time.Duration
+	every   time.Duration
+	now     func() time.Time
+	granted election.Renewal
+
+	mu      sync.Mutex
+	entries map[string]*entry // by random part (Ticket.Name)
+	closed  bool
+
+	stop      chan struct{}
+	stopped   chan struct{}
+	closeOnce sync.Once
+}
+
+// entry is one candidate's claim on a key. Ticket.Name is its random part.
+type entry struct {
+	t election.Ticket
+
+	mu      sync.Mutex // serializes acquire and release
+	held    bool
+	removed bool
+	token   uint64
+	heldCh  chan struct{} // closed when acquired
+	lost    chan struct{} // closed when the lock is found gone or taken
+	lostErr error
+}
+
+func (s *session) Granted() election.Renewal { return s.granted }
+
+func (s *session) entry(t election.Ticket) *entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[t.Name]
+}
+
+func (s *session) alive() error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Enqueue implements election.Session. Redis has no queue: the entry exists
+// only in this process until WaitHead or Ahead acquires the key. The token
+// is issued at acquisition (see election.Session.WaitHead).
+func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
+	if err := CheckKey(key); err != nil {
+		return election.Ticket{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return election.Ticket{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return election.Ticket{}, tenure.ErrClosed
+	}
+	for _, e := range s.entries {
+		if e.t.Key == key {
+			return e.t, nil
+		}
+	}
+	e := &entry{
+		t:      election.Ticket{Key: key, Identity: identity, Name: newRandom()},
+		heldCh: make(chan struct{}),
+		lost:   make(chan struct{}),
+	}
+	s.entries[e.t.Name] = e
+	return e.t, nil
+}
+
+// acquire tries once to take e's key on a quorum of masters within the
+// validity time. It returns whether e holds, and otherwise how long the
+// current holder's key still lives (0 when unknown).
+func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.removed {
+		return false, 0, fmt.Errorf("%w: redislock: entry on %q was removed", tenure.ErrOwnershipLost, e.t.Key)
+	}
+	if e.held {
+		return true, 0, nil
+	}
+	b := s.b
+	start := s.now()
+	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
+	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+		return acquireScript.Run(ctx, c, []string{e.t.Key, e.t.Key + fenceSuffix},
+			e.t.Name, e.t.Identity, ttlMs, b.channel(e.t.Key)).Slice()
+	})
+	elapsed := s.now().Sub(start)
+	got, answered := 0, 0
+	var token uint64
+	var wait time.Duration
+	for _, r := range rs {
+		if r.err != nil {
+			continue
+		}
+		answered++
+		v := r.val.([]any)
+		if len(v) != 2 {
+			continue
+		}
+		if n, _ := v[0].(int64); n == 1 {
+			got++
+			if tok, err := strconv.ParseUint(fmt.Sprint(v[1]), 10, 64); err == nil && tok > token {
+				token = tok
+			}
+		} else if pttl, ok := v[1].(int64); ok && pttl > 0 {
+			if d := time.Duration(pttl) * time.Millisecond; wait == 0 || d < wait {
+				wait = d
+			}
+		}
+	}
+	validity := s.ttl - elapsed - b.drift(s.ttl)
+	if got >= b.quorum() && validity > 0 && token > 0 {
+		e.held, e.token = true, token
+		close(e.heldCh)
+		return true, 0, nil
+	}
+	if got > 0 {
+		// A minority, or too late: undo it everywhere, as Redlock does.
+		s.releaseLocked(context.WithoutCancel(ctx), e)
+	}
+	if answered < b.quorum() {
+		if ctx.Err() != nil {
+			return false, 0, ctx.Err()
+		}
+		return false, 0, b.quorumErr("acquire "+e.t.Key, rs, answered)
+	}
+	return false, wait, nil
+}
+
+// releaseLocked deletes e's key on every master where it is e's. It
+// returns an error when fewer than a quorum answered. e.mu must be held.
+func (s *session) releaseLocked(ctx context.Context, e *entry) error {
+	b := s.b
+	ctx, cancel := context.WithTimeout(ctx, s.ttl)
+	defer cancel()
+	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+		return releaseScript.Run(ctx, c, []string{e.t.Key}, e.t.Name, b.channel(e.t.Key)).Int64()
+	})
+	answered := 0
+	for _, r := range rs {
+		if r.err == nil {
+			answered++
+		}
+	}
+	if answered < b.quorum() {
+		return b.quorumErr("release "+e.t.Key, rs, answered)
+	}
+	e.held = false
+	return nil
+}
+
+// Ahead implements election.Session. Redis keeps no queue, so this tries
+// to take the key at once: 0 when t now holds, 1 when someone else does.
+// That makes TryCampaign atomic: of several candidates that try at the same
+// moment, one gets the key and the others are told it is held.
+func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
+	e := s.entry(t)
+	if e == nil {
+		return 0, fmt.Errorf("%w: redislock: no entry %s on %q", tenure.ErrOwnershipLost, t.Name, t.Key)
+	}
+	ok, _, err := s.acquire(ctx, e)
+	switch {
+	case err != nil:
+		return 0, err
+	case ok:
+		return 0, nil
+	}
+	return 1, nil
+}
+
+// WaitHead implements election.Session: it tries to take the key, and
+// while someone else holds it, waits for a release message on the key's
+// channel (or for the holder's key to expire, or PollInterval) and tries
+// again. Transient failures are retried until ctx ends. It returns t with
+// the token the acquisition drew.
+func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Ticket, error) {
+	e := s.entry(t)
+	if e == nil {
+		return t, fmt.Errorf("%w: redislock: no entry %s on %q", tenure.ErrOwnershipLost, t.Name, t.Key)
+	}
+	var sub *subscription
+	defer func() {
+		if sub != nil {
+			sub.close()
+		}
+	}()
+	var wake <-chan struct{}
+	for {
+		if err := s.alive(); err != nil {
+			return t, err
+		}
+		ok, wait, err := s.acquire(ctx, e)
+		if ok {
+			t.Token = e.token
+			return t, nil
+		}
+		if errors.Is(err, tenure.ErrOwnershipLost) {
+			return t, err
+		}
+		if ctx.Err() != nil {
+			return t, ctx.Err()
+		}
+		if err != nil {
+			wait = retryPause
+		} else if sub == nil {
+			// Subscribe, then try again at once: a release between the
+			// failed try and the subscription is not missed.
+			if sub, err = s.b.subscribe(ctx, t.Key); err != nil {
+				sub = nil
+				wait = retryPause
+			} else {
+				wake = sub.ch
+				continue
+			}
+		}
+		if wait <= 0 || wait > s.b.opts.PollInterval {
+			wait = s.b.opts.PollInterval
+		} else {
+			wait += time.Millisecond // the key is gone by then
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return t, ctx.Err()
+		case <-s.Done():
+			timer.Stop()
+			return t, s.Err()
+		case <-e.heldCh: // Ahead took it meanwhile
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// retryPause is the pause after a transient failure while waiting; the
+// elector's lease deadline bounds how long a waiter keeps retrying.
+const retryPause = 50 * time.Millisecond
+
+// WatchLoss implements election.Session: it returns when the watchdog found
+// t's key gone or someone else's (tenure.ErrOwnershipLost), when the
+// session ends, or when ctx does.
+func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
+	e := s.entry(t)
+	if e == nil {
+		return fmt.Errorf("%w: redislock: no entry %s on %q", tenure.ErrOwnershipLost, t.Name, t.Key)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.Done():
+		return s.Err()
+	case <-e.lost:
+		return e.lostErr
+	}
+}
+
+// Dequeue implements election.Session: compare-and-delete on every master,
+// so a key that expired and was taken by someone else is left alone.
+func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
+	e := s.entry(t)
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.removed = true
+	if err := s.releaseLocked(ctx, e); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.entries, t.Name)
+	s.mu.Unlock()
+	return nil
+}
+
+// watchdog extends every held key every s.every and reports each round as
+// a renewal: the deadline moves only when every held key was extended on a
+// quorum of masters.
+func (s *session) watchdog() {
+	defer close(s.stopped)
+	tick := time.NewTicker(s.every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		s.Push(s.renew())
+	}
+}
+
+// renew runs one watchdog round.
+func (s *session) renew() election.Renewal {
+	ctx, cancel := context.WithTimeout(context.Background(), s.every)
+	defer cancel()
+	sent := s.now()
+	s.mu.Lock()
+	var held []*entry
+	for _, e := range s.entries {
+		held = append(held, e)
+	}
+	s.mu.Unlock()
+	var errs []error
+	extended := 0
+	for _, e := range held {
+		switch err := s.extend(ctx, e); {
+		case err == nil:
+			extended++
+		case !errors.Is(err, errNotHeld):
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return election.Renewal{Sent: sent, Err: errors.Join(errs...)}
+	}
+	if extended == 0 {
+		// Nothing to extend: check that the masters are there.
+		if _, err := s.b.pingQuorum(ctx); err != nil {
+			return election.Renewal{Sent: sent, Err: err}
+		}
+	}
+	return election.Renewal{Sent: sent, TTL: s.ttl - s.b.drift(s.ttl)}
+}
+
+// errNotHeld: the entry has nothing to extend (still waiting).
+var errNotHeld = errors.New("redislock: not held")
+
+// extend runs compare-and-pexpire for e on every master. A key that a
+// quorum no longer has as e's is lost: e's term ends.
+func (s *session) extend(ctx context.Context, e *entry) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.held || e.removed {
+		return errNotHeld
+	}
+	b := s.b
+	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
+	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+		return extendScript.Run(ctx, c, []string{e.t.Key}, e.t.Name, ttlMs).Int64()
+	})
+	ok, notOurs := 0, 0
+	for _, r := range rs {
+		switch {
+		case r.err != nil:
+		case r.val.(int64) == 1:
+			ok++
+		default:
+			notOurs++
+		}
+	}
+	if ok >= b.quorum() {
+		return nil
+	}
+	if notOurs > len(b.masters)-b.quorum() {
+		// A quorum is impossible: the key expired, and maybe another holds.
+		err := fmt.Errorf("%w: redislock: %q is no longer this holder's on %d of %d masters (it expired before the watchdog extended it)",
+			tenure.ErrOwnershipLost, e.t.Key, notOurs, len(b.masters))
+		e.held = false
+		e.lostErr = err
+		close(e.lost)
+		return err
+	}
+	return b.quorumErr("extend "+e.t.Key, rs, ok+notOurs)
+}
+
+// Close implements election.Session: it stops the watchdog, releases every
+// key the session holds (compare-and-delete, on ctx) and ends the session.
+func (s *session) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.stopped
+		s.mu.Lock()
+		s.closed = true
+		var es []*entry
+		for _, e := range s.entries {
+			es = append(es, e)
+		}
+		s.entries = map[string]*entry{}
+		s.mu.Unlock()
+		var errs []error
+		for _, e := range es {
+			e.mu.Lock()
+			e.removed = true
+			if e.held {
+				errs = append(errs, s.releaseLocked(ctx, e))
+			}
+			e.mu.Unlock()
+		}
+		s.End(tenure.ErrClosed)
+		err = errors.Join(errs...)
+	})
+	return err
+}
