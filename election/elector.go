@@ -257,6 +257,7 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	if !wait {
 		n, err := l.sess.Ahead(waitCtx, t)
 		if err == nil && n > 0 {
+			e.rec.skippedHeld()
 			e.cleanup(ctx, l, t)
 			return nil, fmt.Errorf("%w: %d candidate(s) ahead on %q", tenure.ErrLocked, n, e.cfg.Key)
 		}

@@ -23,6 +23,7 @@ import (
 //	tenure_session_expirations_total  counter: sessions lost (expired, revoked, or deadline passed)
 //	tenure_failover_seconds           histogram: from the observed loss of a leader to the next leader, as this process's watch saw it
 //	tenure_lock_wait_seconds          histogram: how long Mutex.Lock waited
+//	tenure_skipped_total              counter: TryCampaign and TryLock calls that found the key held
 //	tenure_watchdog_failures_total    counter: lease renewals (etcd keep-alives, ZooKeeper pings, Redis watchdog extensions) that failed
 //
 // Gauges are computed when Prometheus scrapes. Create one Metrics per
@@ -34,6 +35,7 @@ type Metrics struct {
 	failover    *prometheus.HistogramVec
 	lockWait    *prometheus.HistogramVec
 	watchdog    *prometheus.CounterVec
+	skipped     *prometheus.CounterVec
 
 	isLeader, term, leaseRemaining, suspended *prometheus.Desc
 
@@ -78,6 +80,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tenure_watchdog_failures_total",
 			Help: "Lease renewals that failed: etcd keep-alives, ZooKeeper session pings, Redis watchdog extensions. Each failure suspends the leader until a renewal succeeds or the deadline passes.",
 		}, labels),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_skipped_total",
+			Help: "Campaigns that did not wait (TryCampaign, Mutex.TryLock, tenure exec --no-wait) and found the key held.",
+		}, labels),
 		isLeader:       prometheus.NewDesc("tenure_is_leader", "1 while this process leads the key, else 0.", labels, nil),
 		term:           prometheus.NewDesc("tenure_term", "Fencing token of the term this process holds; 0 when it does not lead.", labels, nil),
 		leaseRemaining: prometheus.NewDesc("tenure_lease_remaining_seconds", "Seconds until the lease deadline, after which a leader demotes itself; 0 without a session.", labels, nil),
@@ -98,6 +104,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.failover.Describe(ch)
 	m.lockWait.Describe(ch)
 	m.watchdog.Describe(ch)
+	m.skipped.Describe(ch)
 	ch <- m.isLeader
 	ch <- m.term
 	ch <- m.leaseRemaining
@@ -112,6 +119,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.failover.Collect(ch)
 	m.lockWait.Collect(ch)
 	m.watchdog.Collect(ch)
+	m.skipped.Collect(ch)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b2f := func(b bool) float64 {
@@ -199,6 +207,12 @@ func (r recorder) sessionLost() {
 	}
 }
 
+func (r recorder) skippedHeld() {
+	if r.m != nil {
+		r.m.skipped.WithLabelValues(r.key, r.backend).Inc()
+	}
+}
+
 func (r recorder) renewalFailed() {
 	if r.m != nil {
 		r.m.watchdog.WithLabelValues(r.key, r.backend).Inc()
@@ -228,4 +242,5 @@ func (r recorder) init() {
 	}
 	r.m.expirations.WithLabelValues(r.key, r.backend)
 	r.m.watchdog.WithLabelValues(r.key, r.backend)
+	r.m.skipped.WithLabelValues(r.key, r.backend)
 }
