@@ -118,7 +118,8 @@ type handoffState struct {
 	handoffs    int
 	first, last time.Time // first release, last acquisition
 
-	holders atomic.Int32 // contenders between Campaign's return and Resign: must stay ≤ 1
+	holders  atomic.Int32  // contenders between Campaign's return and Resign: must stay ≤ 1
+	acquired chan struct{} // closed and replaced at every acquisition (guarded by mu)
 }
 
 func benchHandoff(b *testing.B, im impl, n int) {

@@ -15,6 +15,13 @@ import (
 // b.N handoffs are timed. It fails the benchmark on two holders at once and
 // on a stall (no handoff for stallTimeout), printing dump's description.
 // begin and end, when set, run just inside the timed part.
+//
+// yield makes a releaser wait until another contender holds before it
+// campaigns again, and hold makes each holder keep the lock that long
+// (untimed) before it releases. Locks that keep no queue (Redis) need both:
+// without yield the releaser, awake and first to ask, mostly takes its own
+// lock back, and without hold the yielder's first try finds the lock free
+// again, so the loop would time the harness instead of the lock's own wait.
 type handoffLoop struct {
 	cons   []contender
 	warm   int
@@ -22,11 +29,13 @@ type handoffLoop struct {
 	dump   func(state []atomic.Int32) string
 	begin  func(b *testing.B)
 	end    func(b *testing.B)
+	yield  bool
+	hold   time.Duration
 }
 
 func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.CancelFunc) {
 	n, warm, cons := len(h.cons), h.warm, h.cons
-	st := &handoffState{lats: make([]time.Duration, 0, b.N)}
+	st := &handoffState{lats: make([]time.Duration, 0, b.N), acquired: make(chan struct{})}
 	start := make(chan struct{})    // closed when every contender is queued
 	warmed := make(chan struct{})   // closed after the warm-up handoffs
 	finished := make(chan struct{}) // closed after the last timed handoff
@@ -60,6 +69,8 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 				}
 				st.mu.Lock()
 				now := time.Now()
+				close(st.acquired) // wake the releaser that yielded
+				st.acquired = make(chan struct{})
 				if st.haveRelease {
 					if st.handoffs >= warm {
 						st.lats = append(st.lats, now.Sub(st.release))
@@ -75,11 +86,17 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 					finish() // keep the key: nobody else may win after this
 					return
 				}
+				if h.hold > 0 {
+					st.mu.Unlock()
+					time.Sleep(h.hold) // the yielder goes back to waiting
+					st.mu.Lock()
+				}
 				st.holders.Add(-1)
 				st.release, st.haveRelease = time.Now(), true
 				if st.handoffs == warm {
 					st.first = st.release
 				}
+				next := st.acquired
 				st.mu.Unlock()
 				state[i].Store(stResigning)
 				if err := c.resign(ctx); err != nil {
@@ -88,6 +105,13 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 						cancel()
 					}
 					return
+				}
+				if h.yield {
+					select {
+					case <-next:
+					case <-ctx.Done():
+						return
+					}
 				}
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenure-go/tenure/internal/etcdembed"
+	"github.com/tenure-go/tenure/internal/redisserver"
 	"github.com/tenure-go/tenure/internal/zkserver"
 )
 
@@ -60,7 +61,26 @@ func run(m *testing.M) int {
 	}
 	zkEndpoints = zks.Endpoints()
 
+	// One redis-server (persistence off), for the Redis benchmarks.
+	redisDir, err := os.MkdirTemp("", "tenure-test-redis-")
+	if err != nil {
+		zks.Close()
+		srv.Close()
+		fmt.Fprintln(os.Stderr, "temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(redisDir)
+	rs, err := redisserver.Start(redisDir, redisserver.Options{})
+	if err != nil {
+		zks.Close()
+		srv.Close()
+		fmt.Fprintln(os.Stderr, "redis:", err)
+		return 1
+	}
+	redisEndpoint = rs.Addr()
+
 	code := m.Run()
+	rs.Close()
 	zks.Close()
 	os.RemoveAll(zkDir)
 	srv.Close()
