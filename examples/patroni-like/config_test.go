@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodConfig = `
+name: node1
+scope: prod
+dcs:
+  endpoints: [127.0.0.1:2379]
+  ttl: 10s
+  loop_wait: 1s
+postgresql:
+  data_dir: node1/data
+  parameters: {fsync: "off"}
+members:
+  - {name: node1, api: 127.0.0.1:8008, postgres: 127.0.0.1:5432}
+  - {name: node2, api: 127.0.0.1:8009, postgres: 127.0.0.1:5433}
+`
+
+// TestParseConfig_DefaultsAndPaths reads a valid file: defaults are applied,
+// a relative data_dir is taken relative to the file, and the keys derive
+// from the scope.
+func TestParseConfig_DefaultsAndPaths(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "node1.yaml")
+	if err := os.WriteFile(path, []byte(goodConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DCS.Backend != "etcd" || cfg.DCS.TTL != 10*time.Second || cfg.PostgreSQL.RunAs != "postgres" {
+		t.Errorf("defaults not applied: %+v", cfg)
+	}
+	if want := filepath.Join(dir, "node1/data"); cfg.PostgreSQL.DataDir != want {
+		t.Errorf("data_dir = %q, want %q", cfg.PostgreSQL.DataDir, want)
+	}
+	if cfg.LeaderKey() != "/patroni-like/prod/leader" || cfg.Self().Postgres != "127.0.0.1:5432" {
+		t.Errorf("LeaderKey %q, Self %+v", cfg.LeaderKey(), cfg.Self())
+	}
+	// A configuration survives a round trip through Marshal.
+	b, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseConfig(strings.NewReader(string(b)), "/")
+	if err != nil {
+		t.Fatalf("re-parse: %v\n%s", err, b)
+	}
+	if again.DCS.TTL != cfg.DCS.TTL || again.PostgreSQL.DataDir != cfg.PostgreSQL.DataDir || len(again.Members) != 2 {
+		t.Errorf("round trip changed the configuration: %+v", again)
+	}
+}
+
+// TestParseConfig_RefusesBadInput checks that every kind of mistake is an
+// error naming the field, never a panic, and that all problems of a file
+// are reported at once.
+func TestParseConfig_RefusesBadInput(t *testing.T) {
+	cases := []struct {
+		name, edit, want string
+	}{
+		{"empty file", "", "empty"},
+		{"not yaml", "name: [", "yaml"},
+		{"unknown key", goodConfig + "colour: red\n", "colour"},
+		{"missing name", strings.Replace(goodConfig, "name: node1\n", "", 1), "name is required"},
+		{"name not a member", strings.Replace(goodConfig, "name: node1\n", "name: node9\n", 1), `"node9" is not among members`},
+		{"zookeeper", strings.Replace(goodConfig, "dcs:\n", "dcs:\n  backend: zookeeper\n", 1), "etcd only"},
+		{"redis", strings.Replace(goodConfig, "dcs:\n", "dcs:\n  backend: redis\n", 1), "efficiency-only"},
+		{"fractional ttl", strings.Replace(goodConfig, "ttl: 10s", "ttl: 1500ms", 1), "whole seconds"},
+		{"ttl not a duration", strings.Replace(goodConfig, "ttl: 10s", "ttl: ten", 1), "ten"},
+		{"loop_wait too long", strings.Replace(goodConfig, "loop_wait: 1s", "loop_wait: 5s", 1), "below ttl/2"},
+		{"bad endpoint", strings.Replace(goodConfig, "[127.0.0.1:2379]", "[localhost]", 1), "host:port"},
+		{"duplicate member", strings.Replace(goodConfig, "name: node2,", "name: node1,", 1), "appears twice"},
+		{"duplicate address", strings.Replace(goodConfig, "127.0.0.1:5433", "127.0.0.1:5432", 1), "is also"},
+		{"postgres host not an IP", strings.Replace(goodConfig, "127.0.0.1:5433", "db2:5433", 1), "IP address"},
+		{"no data_dir", strings.Replace(goodConfig, "  data_dir: node1/data\n", "", 1), "data_dir is required"},
+		{"bad port", strings.Replace(goodConfig, "127.0.0.1:8009", "127.0.0.1:99999", 1), "1-65535"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig(strings.NewReader(tc.edit), "/")
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a *ConfigError", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+	// Several problems at once are all reported.
+	bad := strings.NewReplacer("ttl: 10s", "ttl: 0.5s", "[127.0.0.1:2379]", "[]").Replace(goodConfig)
+	_, err := ParseConfig(strings.NewReader(bad), "/")
+	var ce *ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) < 2 {
+		t.Fatalf("want two problems, got %v", err)
+	}
+}

@@ -1,0 +1,558 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/etcdelect"
+)
+
+// Roles a member reports.
+const (
+	RoleStarting  = "starting"      // no decision yet: waiting to see the leader key
+	RoleUninit    = "uninitialized" // no data directory, and nobody to copy one from
+	RoleReplica   = "replica"       // a standby, in recovery
+	RolePromoting = "promoting"     // elected; promoting and recording the term
+	RolePrimary   = "primary"       // elected, term recorded, open for writes
+	RoleFenced    = "fenced"        // was primary; PostgreSQL stopped, waiting to rejoin
+	RoleStopped   = "stopped"       // PostgreSQL not running
+)
+
+// Manager keeps one PostgreSQL instance in the role the election gives it:
+// primary while its member leads the leader key, streaming standby of the
+// leader otherwise. Create it with NewManager and call Run once.
+//
+// Its methods are safe for concurrent use.
+type Manager struct {
+	cfg Config
+	log *zap.Logger
+	pg  *Postgres
+	cli *clientv3.Client
+	e   *election.Elector
+
+	kick chan struct{} // wakes the loop early
+
+	pgMu sync.Mutex // held while the loop or the elected work changes PostgreSQL
+
+	mu            sync.Mutex
+	role          string
+	term          tenure.Term   // while elected
+	elected       bool          // OnElected is running
+	leader        tenure.Leader // as last observed
+	observed      bool          // leader holds a real observation
+	upstream      string        // the primary_conninfo address written last
+	upstreamSince time.Time     // when the upstream was set and not yet seen streaming
+	rewindFails   int
+	needRewind    bool // this member was primary; it may stream only after pg_rewind
+	checkedData   bool // needRewind was read from the data directory at start
+	lastErr       string
+	runCancel     context.CancelFunc // cancels the election's Run; nil when not campaigning
+	runDone       chan struct{}
+}
+
+// NewManager connects (lazily) to the DCS and prepares the manager of cfg.
+// log receives every log line; the lines that carry an "event" field
+// (elected, open, fenced, demoted, replica, bootstrap, rewind) are the
+// history that the demo and the tests read.
+func NewManager(cfg Config, log *zap.Logger) (*Manager, error) {
+	pg, err := NewPostgres(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.DCS.Endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	e, err := election.New(etcdelect.New(cli), election.Config{
+		Key:      cfg.LeaderKey(),
+		Identity: cfg.Name,
+		TTL:      cfg.DCS.TTL,
+	}, election.WithLogger(log))
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return &Manager{cfg: cfg, log: log.With(zap.String("node", cfg.Name)), pg: pg, cli: cli, e: e,
+		kick: make(chan struct{}, 1), role: RoleStarting}, nil
+}
+
+func (m *Manager) event(name string, fields ...zap.Field) {
+	m.log.Info(name, append(fields, zap.String("event", name))...)
+}
+
+func (m *Manager) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) setRole(r string) {
+	m.mu.Lock()
+	m.role = r
+	m.mu.Unlock()
+}
+
+// Run serves the REST API, watches the leader key and runs the loop until
+// ctx ends; then it fences and stops PostgreSQL, resigns, and returns nil
+// once everything it started has stopped. It returns an error when the API
+// cannot listen.
+func (m *Manager) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", m.cfg.Self().API)
+	if err != nil {
+		m.e.Close(context.Background()) //nolint:errcheck // nothing was started
+		m.cli.Close()
+		return fmt.Errorf("rest api: %w", err)
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = srv.Serve(ln) // returns at Shutdown
+	}()
+	go func() {
+		defer wg.Done()
+		for l := range m.e.Observe(ctx) {
+			m.mu.Lock()
+			m.leader, m.observed = l, true
+			m.mu.Unlock()
+			m.log.Info("leader observed", zap.Stringer("leader", l))
+			m.wake()
+		}
+	}()
+	m.event("started", zap.String("api", m.cfg.Self().API), zap.String("postgres", m.pg.Addr()))
+
+	t := time.NewTicker(m.cfg.DCS.LoopWait)
+	for ctx.Err() == nil {
+		m.step(ctx)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-m.kick:
+		}
+	}
+	t.Stop()
+
+	// Shut down: the election first (the elected work fences PostgreSQL,
+	// then the key is released), then PostgreSQL, the API and the client.
+	m.stopCampaign()
+	m.pgMu.Lock()
+	m.pg.Stop(10 * time.Second)
+	m.pgMu.Unlock()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = srv.Shutdown(sctx)
+	cancel()
+	_ = m.e.Close(context.Background())
+	wg.Wait()
+	m.cli.Close()
+	m.event("stopped")
+	return nil
+}
+
+// leaderElsewhere returns the member that leads, when another member does.
+func (m *Manager) leaderElsewhere() (Member, bool) {
+	m.mu.Lock()
+	l, ok := m.leader, m.observed
+	m.mu.Unlock()
+	if !ok || l.Vacant || l.Term.Identity == m.cfg.Name {
+		return Member{}, false
+	}
+	return m.cfg.Member(l.Term.Identity)
+}
+
+// step is one pass of the loop (Patroni's HA cycle): it brings PostgreSQL to
+// the state the election asks for, when this member does not lead.
+func (m *Manager) step(ctx context.Context) {
+	m.pgMu.Lock()
+	m.mu.Lock()
+	elected, observed := m.elected, m.observed
+	m.mu.Unlock()
+	if elected || !observed {
+		m.pgMu.Unlock()
+		return // the elected work owns PostgreSQL; or the key has not been read yet
+	}
+	err := m.converge(ctx)
+	m.pgMu.Unlock() // before stopCampaign, which waits for elected work that takes it
+	m.mu.Lock()
+	if err != nil {
+		m.lastErr = err.Error()
+	} else {
+		m.lastErr = ""
+	}
+	m.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("loop", zap.Error(err))
+	}
+	// Campaign only with a running standby: a member without data, or whose
+	// data has not been rewound onto the current primary's history, must not
+	// be promoted.
+	if err == nil && m.pg.Running() && ctx.Err() == nil {
+		m.startCampaign(ctx)
+	} else {
+		m.stopCampaign()
+	}
+}
+
+func (m *Manager) converge(ctx context.Context) error {
+	leader, elsewhere := m.leaderElsewhere()
+	opCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if !m.checkedData && m.pg.HasData() && !m.pg.Running() {
+		was, err := m.pg.WasPrimary(opCtx)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		m.needRewind, m.checkedData = was, true
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	needRewind := m.needRewind
+	m.mu.Unlock()
+	switch {
+	case !m.pg.HasData() && elsewhere:
+		m.setRole(RoleUninit)
+		m.event("basebackup", zap.String("from", leader.Name))
+		if err := m.pg.BaseBackup(opCtx, leader.Postgres); err != nil {
+			return err
+		}
+		return m.startStandby(opCtx, leader)
+
+	case !m.pg.HasData():
+		m.setRole(RoleUninit)
+		won, err := m.claimInitialize(opCtx)
+		if err != nil || !won {
+			return err // another member bootstraps; wait for it to lead
+		}
+		m.event("bootstrap")
+		if err := m.pg.Initdb(opCtx); err != nil {
+			return err
+		}
+		// A new cluster starts as a standby without upstream, like every
+		// member: only the elected work promotes.
+		return m.startStandby(opCtx, Member{})
+
+	case !m.pg.Running() && elsewhere:
+		// A former primary (or a standby that fell off the new primary's
+		// history) rewinds onto the leader's timeline; pg_rewind is a no-op
+		// when nothing diverged. After repeated failures, copy afresh.
+		m.event("rewind", zap.String("from", leader.Name))
+		if err := m.pg.Rewind(opCtx, leader.Postgres); err != nil {
+			m.rewindFails++
+			if m.rewindFails < 3 {
+				return err
+			}
+			m.event("basebackup", zap.String("from", leader.Name), zap.NamedError("after", err))
+			if err := m.pg.BaseBackup(opCtx, leader.Postgres); err != nil {
+				return err
+			}
+		}
+		m.rewindFails = 0
+		m.mu.Lock()
+		m.needRewind = false
+		m.mu.Unlock()
+		return m.startStandby(opCtx, leader)
+
+	case !m.pg.Running() && needRewind:
+		m.setRole(RoleFenced)
+		return nil // a former primary waits for a primary to rewind onto
+
+	case !m.pg.Running():
+		// Nobody else leads (or we cannot tell, being cut off): run as a
+		// standby without upstream, read-only, eligible for promotion.
+		return m.startStandby(opCtx, Member{})
+	}
+
+	// Running. It must be a standby: only the elected work promotes, and it
+	// stops PostgreSQL when the term ends.
+	st := m.queryStatus(opCtx)
+	if st.err != nil {
+		return st.err
+	}
+	if !st.InRecovery {
+		m.pg.Stop(0)
+		m.event("fenced", zap.String("why", "running as a primary without a term"))
+		return nil
+	}
+	m.setRole(RoleReplica)
+	want := ""
+	if elsewhere {
+		want = leader.Postgres
+	}
+	m.mu.Lock()
+	have, since := m.upstream, m.upstreamSince
+	m.mu.Unlock()
+	if have != want {
+		if err := m.pg.Configure(want, true); err != nil {
+			return err
+		}
+		if err := m.pg.Reload(); err != nil {
+			return err
+		}
+		m.setUpstream(want)
+		m.event("replica", zap.String("upstream", leader.Name), zap.String("change", "primary_conninfo reloaded"))
+		return nil
+	}
+	if want != "" && !st.Streaming {
+		// Not streaming from the new primary after a while: this standby's
+		// history probably went past the fork point. Stop it; the next pass
+		// rewinds it.
+		if !since.IsZero() && time.Since(since) > max(10*m.cfg.DCS.LoopWait, 10*time.Second) {
+			m.event("restart", zap.String("why", "not streaming from "+leader.Name))
+			m.pg.Stop(10 * time.Second)
+		}
+		return nil
+	}
+	if st.Streaming {
+		m.mu.Lock()
+		m.upstreamSince = time.Time{}
+		m.mu.Unlock()
+	}
+	return nil
+}
+
+func (m *Manager) setUpstream(addr string) {
+	m.mu.Lock()
+	m.upstream, m.upstreamSince = addr, time.Now()
+	m.mu.Unlock()
+}
+
+// startStandby writes the standby settings (streaming from leader, or from
+// nobody when leader is zero) and starts PostgreSQL in recovery.
+func (m *Manager) startStandby(ctx context.Context, leader Member) error {
+	if err := m.pg.Configure(leader.Postgres, true); err != nil {
+		return err
+	}
+	if err := m.pg.SetStandby(true); err != nil {
+		return err
+	}
+	if err := m.pg.Start(ctx); err != nil {
+		return err
+	}
+	m.setUpstream(leader.Postgres)
+	m.setRole(RoleReplica)
+	m.event("replica", zap.String("upstream", leader.Name))
+	return nil
+}
+
+// claimInitialize races for the bootstrap key (Patroni's /initialize): the
+// member that creates it runs initdb; the others copy its data once it
+// leads. A member that claimed it and crashed before finishing claims it
+// again.
+func (m *Manager) claimInitialize(ctx context.Context) (bool, error) {
+	key := m.cfg.InitializeKey()
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, m.cfg.Name)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("claim %s: %w", key, err)
+	}
+	if resp.Succeeded {
+		return true, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	return len(kvs) == 1 && string(kvs[0].Value) == m.cfg.Name, nil
+}
+
+// startCampaign runs the election in the background unless it runs.
+func (m *Manager) startCampaign(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.runCancel != nil {
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	m.runCancel, m.runDone = cancel, done
+	m.log.Info("campaigning", zap.String("key", m.cfg.LeaderKey()))
+	go func() {
+		defer func() {
+			m.mu.Lock()
+			if m.runDone == done {
+				m.runCancel, m.runDone = nil, nil
+			}
+			m.mu.Unlock()
+			close(done)
+		}()
+		err := m.e.Run(rctx, tenure.Callbacks{
+			OnElected:  m.lead,
+			OnDemoted:  m.demoted,
+			OnHardStop: m.hardStop,
+		})
+		if err != nil && !errors.Is(err, tenure.ErrCanceled) && !errors.Is(err, tenure.ErrClosed) {
+			m.log.Error("election stopped", zap.Error(err))
+		}
+	}()
+}
+
+// stopCampaign withdraws from the election and waits for Run to return. It
+// must not be called from the elected work's goroutine.
+func (m *Manager) stopCampaign() {
+	m.mu.Lock()
+	cancel, done := m.runCancel, m.runDone
+	m.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+	m.mu.Lock()
+	if m.runDone == done {
+		m.runCancel, m.runDone = nil, nil
+	}
+	m.mu.Unlock()
+}
+
+// lead is OnElected: promote, record the term in the fence table, open for
+// writes, and lead until ctx ends; then fence at once.
+func (m *Manager) lead(ctx context.Context, term tenure.Term) {
+	m.mu.Lock()
+	m.elected, m.term, m.role = true, term, RolePromoting
+	m.mu.Unlock()
+	m.event("elected", zap.Uint64("term", term.Token))
+	defer func() {
+		// The fence: an immediate shutdown ends every session and every open
+		// transaction now, before the lease can pass to another member.
+		m.pg.Stop(0)
+		m.mu.Lock()
+		m.elected, m.role, m.needRewind = false, RoleFenced, true
+		m.mu.Unlock()
+		m.event("fenced", zap.Uint64("term", term.Token), zap.NamedError("cause", context.Cause(ctx)))
+		m.wake()
+	}()
+	if err := m.promote(ctx, term); err != nil {
+		m.log.Error("promotion failed; resigning", zap.Uint64("term", term.Token), zap.Error(err))
+		return
+	}
+	m.mu.Lock()
+	m.role = RolePrimary
+	m.mu.Unlock()
+	m.event("open", zap.Uint64("term", term.Token))
+	t := time.NewTicker(m.cfg.DCS.LoopWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !m.pg.Running() {
+				m.log.Error("PostgreSQL died while primary; resigning", zap.Uint64("term", term.Token))
+				return
+			}
+		}
+	}
+}
+
+// promote turns the standby into the primary of term: pg_promote, then the
+// term into the fence row and the history (one transaction), then
+// default_transaction_read_only off.
+func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
+	m.pgMu.Lock() // wait for a loop pass in progress
+	defer m.pgMu.Unlock()
+	if !m.pg.Running() {
+		return errors.New("PostgreSQL is not running")
+	}
+	began := time.Now()
+	conn, err := m.pg.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var inRecovery bool
+	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
+		return err
+	}
+	if inRecovery {
+		m.event("promoting", zap.Uint64("term", term.Token))
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil {
+			return fmt.Errorf("pg_promote: %w", err)
+		}
+		if !ok {
+			return errors.New("pg_promote: not promoted within 60s")
+		}
+	}
+	// A checkpoint on the new timeline, so that pg_rewind, which reads the
+	// timeline from the control file, sees it at once (as Patroni does).
+	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		return fmt.Errorf("checkpoint after promotion: %w", err)
+	}
+	if err := m.pg.SetStandby(false); err != nil { // gone already after promotion; a restart must not demote
+		return err
+	}
+	if err := recordTerm(ctx, conn, term.Token, m.cfg.Name); err != nil {
+		return fmt.Errorf("record term %d: %w", term.Token, err)
+	}
+	if err := m.pg.Configure("", false); err != nil {
+		return err
+	}
+	if err := m.pg.Reload(); err != nil {
+		return err
+	}
+	// Wait until new sessions see the reload.
+	for {
+		c, err := m.pg.Connect(ctx)
+		if err != nil {
+			return err
+		}
+		var ro string
+		err = c.QueryRow(ctx, `SHOW default_transaction_read_only`).Scan(&ro)
+		c.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return err
+		}
+		if ro == "off" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	m.log.Info("promoted", zap.Uint64("term", term.Token), zap.Duration("took", time.Since(began)))
+	return nil
+}
+
+// demoted is OnDemoted: the elected work has fenced PostgreSQL already.
+// Withdraw from the election until the loop has rejoined this member as a
+// standby of the new primary.
+func (m *Manager) demoted(term tenure.Term, reason error) {
+	m.event("demoted", zap.Uint64("term", term.Token), zap.NamedError("reason", reason))
+	m.mu.Lock()
+	cancel := m.runCancel
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel() // Run returns after this callback; the loop starts it again
+	}
+	m.wake()
+}
+
+// hardStop is OnHardStop: the elected work did not return in time, so kill
+// PostgreSQL outright.
+func (m *Manager) hardStop(term tenure.Term) {
+	m.log.Error("elected work did not stop in time; killing PostgreSQL", zap.Uint64("term", term.Token))
+	m.pg.mu.Lock()
+	if m.pg.cmd != nil {
+		_ = syscall.Kill(-m.pg.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	m.pg.mu.Unlock()
+}

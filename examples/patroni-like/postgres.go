@@ -1,0 +1,470 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Postgres drives one local PostgreSQL instance: it creates the data
+// directory (initdb or pg_basebackup), rewinds it (pg_rewind), writes the
+// settings the manager owns, and runs the postmaster as a child process.
+//
+// The postmaster runs as the manager's child and gets SIGKILL when the
+// manager dies, however it dies: a primary whose manager is gone stops
+// accepting writes at once, which is what Patroni needs a watchdog for.
+//
+// Its methods are safe for concurrent use.
+type Postgres struct {
+	bin    string
+	data   string
+	host   string
+	port   int
+	name   string
+	params map[string]string
+	cred   *syscall.Credential // nil: the manager's own user
+	logf   string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// managerConf is the file, included by postgresql.conf, that holds the
+// settings the manager changes at run time. The manager rewrites it after
+// every pg_basebackup and pg_rewind, which copy the source's.
+const managerConf = "manager.conf"
+
+// NewPostgres prepares (does not start) the instance of cfg.
+func NewPostgres(cfg Config) (*Postgres, error) {
+	bin := cfg.PostgreSQL.BinDir
+	if bin == "" {
+		var err error
+		if bin, err = findBinDir(); err != nil {
+			return nil, err
+		}
+	}
+	host, port, _ := net.SplitHostPort(cfg.Self().Postgres) // validated
+	n, _ := strconv.Atoi(port)
+	p := &Postgres{bin: bin, data: cfg.PostgreSQL.DataDir, host: host, port: n, name: cfg.Name,
+		params: cfg.PostgreSQL.Parameters, logf: cfg.PostgreSQL.DataDir + ".log"}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup(cfg.PostgreSQL.RunAs)
+		if err != nil {
+			return nil, fmt.Errorf("PostgreSQL refuses to run as root, and user %q (postgresql.run_as) does not exist: %w", cfg.PostgreSQL.RunAs, err)
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("user %q: %w", cfg.PostgreSQL.RunAs, err)
+		}
+		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	}
+	return p, nil
+}
+
+// findBinDir returns the newest /usr/lib/postgresql/<v>/bin holding the
+// programs the manager runs.
+func findBinDir() (string, error) {
+	const lib = "/usr/lib/postgresql"
+	entries, _ := os.ReadDir(lib)
+	var versions []int
+	for _, e := range entries {
+		if v, err := strconv.Atoi(e.Name()); err == nil {
+			if _, err := os.Stat(filepath.Join(lib, e.Name(), "bin", "pg_rewind")); err == nil {
+				versions = append(versions, v)
+			}
+		}
+	}
+	if len(versions) == 0 {
+		return "", fmt.Errorf("no PostgreSQL in %s/<version>/bin: install Debian's postgresql package, or set postgresql.bin_dir", lib)
+	}
+	sort.Ints(versions)
+	return filepath.Join(lib, strconv.Itoa(versions[len(versions)-1]), "bin"), nil
+}
+
+// Addr is where the instance listens, host:port.
+func (p *Postgres) Addr() string { return net.JoinHostPort(p.host, strconv.Itoa(p.port)) }
+
+// LogFile is where the instance and the programs the manager runs on it
+// write their output: the data directory's path plus ".log".
+func (p *Postgres) LogFile() string { return p.logf }
+
+// DSN is a connection string for database postgres on this instance.
+func (p *Postgres) DSN() string { return dsn(p.Addr()) }
+
+func dsn(addr string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=2", host, port)
+}
+
+// HasData reports whether the data directory holds a cluster.
+func (p *Postgres) HasData() bool {
+	_, err := os.Stat(filepath.Join(p.data, "PG_VERSION"))
+	return err == nil
+}
+
+// prepareDir creates an empty data directory owned by the PostgreSQL user,
+// removing a partial one (no PG_VERSION) that a failed bootstrap left.
+func (p *Postgres) prepareDir() error {
+	if err := os.RemoveAll(p.data); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p.data), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(p.data, 0o700); err != nil {
+		return err
+	}
+	if p.cred != nil {
+		if err := os.Chown(p.data, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+			return err
+		}
+		// The PostgreSQL user must be able to reach the data directory.
+		for d := filepath.Dir(p.data); d != filepath.Dir(d); d = filepath.Dir(d) {
+			fi, err := os.Stat(d)
+			if err != nil {
+				return err
+			}
+			if fi.Mode().Perm()&0o001 == 0 {
+				if err := os.Chmod(d, fi.Mode().Perm()|0o001); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// run runs one of PostgreSQL's programs as the PostgreSQL user, its output
+// appended to the log file.
+func (p *Postgres) run(ctx context.Context, prog string, args ...string) error {
+	log, err := p.openLog("%s %s", prog, strings.Join(args, " "))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := p.command(ctx, prog, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	_, _ = log.Write(out.Bytes())
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", prog, err, lastLines(out.String(), 5))
+	}
+	return nil
+}
+
+func (p *Postgres) command(ctx context.Context, prog string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(p.bin, prog), args...)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: p.cred}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PG") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "LC_ALL=C")
+	return cmd
+}
+
+func (p *Postgres) openLog(format string, args ...any) (*os.File, error) {
+	f, err := os.OpenFile(p.logf, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(f, "==== %s %s\n", time.Now().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
+	return f, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Initdb creates a new cluster with data checksums (which pg_rewind needs)
+// and the manager's settings.
+func (p *Postgres) Initdb(ctx context.Context) error {
+	if err := p.prepareDir(); err != nil {
+		return err
+	}
+	if err := p.run(ctx, "initdb", "-D", p.data, "-U", "postgres", "--auth=trust", "--encoding=UTF8",
+		"--locale=C", "--data-checksums", "--no-sync", "--no-instructions"); err != nil {
+		return err
+	}
+	return p.writeBaseConf()
+}
+
+// BaseBackup copies the data directory of the primary at addr, with the WAL
+// needed to start from it.
+func (p *Postgres) BaseBackup(ctx context.Context, addr string) error {
+	if err := p.prepareDir(); err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if err := p.run(ctx, "pg_basebackup", "-D", p.data, "-h", host, "-p", port, "-U", "postgres",
+		"-X", "stream", "-c", "fast", "--no-sync"); err != nil {
+		_ = os.RemoveAll(filepath.Join(p.data, "PG_VERSION")) // not a usable cluster
+		return err
+	}
+	return nil
+}
+
+// Rewind makes the stopped instance's data directory a copy of the primary
+// at addr's history: it undoes what this instance wrote after their
+// timelines forked (pg_rewind; a no-op when they did not). pg_rewind
+// completes crash recovery first if the instance was not shut down cleanly.
+func (p *Postgres) Rewind(ctx context.Context, addr string) error {
+	_ = os.Remove(filepath.Join(p.data, "standby.signal")) // single-user crash recovery must not wait for WAL
+	// pg_rewind reads the source's timeline from its control file, which
+	// shows a promotion only after a checkpoint.
+	if conn, err := pgx.Connect(ctx, dsn(addr)); err == nil {
+		_, _ = conn.Exec(ctx, `CHECKPOINT`)
+		conn.Close(ctx)
+	}
+	return p.run(ctx, "pg_rewind", "-D", p.data, "--source-server="+dsn(addr), "--no-sync")
+}
+
+// Control returns the fields pg_controldata prints, such as "Database
+// cluster state" ("in production", "shut down", "in archive recovery",
+// "shut down in recovery") and "Latest checkpoint's TimeLineID".
+func (p *Postgres) Control(ctx context.Context) (map[string]string, error) {
+	cmd := p.command(ctx, "pg_controldata", "-D", p.data)
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("pg_controldata: %w", err)
+	}
+	fields := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	return fields, nil
+}
+
+// WasPrimary reports whether the stopped instance last ran as a primary
+// after a promotion (a new cluster, on timeline 1, never did): such data may
+// hold writes the current primary never saw, and must be rewound before it
+// can stream.
+func (p *Postgres) WasPrimary(ctx context.Context) (bool, error) {
+	f, err := p.Control(ctx)
+	if err != nil {
+		return false, err
+	}
+	switch f["Database cluster state"] {
+	case "in production", "shut down", "in crash recovery", "shutting down":
+		return f["Latest checkpoint's TimeLineID"] != "1", nil
+	}
+	return false, nil
+}
+
+// writeBaseConf appends the settings every member needs to postgresql.conf
+// (copied by pg_basebackup to standbys) and trusts loopback connections.
+func (p *Postgres) writeBaseConf() error {
+	var b strings.Builder
+	b.WriteString("\n# Written by the patroni-like manager.\n")
+	for _, kv := range [][2]string{
+		{"listen_addresses", "'" + p.host + "'"},
+		{"unix_socket_directories", "''"},
+		{"wal_level", "replica"},
+		{"hot_standby", "on"},
+		{"max_wal_senders", "10"},
+		{"wal_keep_size", "'256MB'"},
+		{"wal_log_hints", "on"},
+		{"full_page_writes", "on"},
+		{"logging_collector", "off"},
+	} {
+		fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
+	}
+	keys := make([]string, 0, len(p.params))
+	for k := range p.params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s = '%s'\n", k, strings.ReplaceAll(p.params[k], "'", "''"))
+	}
+	fmt.Fprintf(&b, "include_if_exists = '%s'\n", managerConf)
+	f, err := os.OpenFile(filepath.Join(p.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	hba := "# Written by the patroni-like manager: loopback, no password.\n" +
+		"host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n"
+	return p.writeFile("pg_hba.conf", hba)
+}
+
+func (p *Postgres) writeFile(name, text string) error {
+	path := filepath.Join(p.data, name)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		return err
+	}
+	if p.cred != nil {
+		if err := os.Chown(tmp, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+			return err
+		}
+	}
+	return os.Rename(tmp, path)
+}
+
+// Configure writes the settings the manager owns: this member's
+// cluster_name, the primary to stream from (none when upstream is ""), and
+// whether new transactions are read-only. It takes effect at the next start
+// or Reload.
+func (p *Postgres) Configure(upstream string, readOnly bool) error {
+	conninfo := ""
+	if upstream != "" {
+		host, port, _ := net.SplitHostPort(upstream)
+		conninfo = fmt.Sprintf("host=%s port=%s user=postgres application_name=%s", host, port, p.name)
+	}
+	ro := "on"
+	if !readOnly {
+		ro = "off"
+	}
+	text := fmt.Sprintf("# Managed by the patroni-like manager; rewritten at every change.\n"+
+		"cluster_name = '%s'\nprimary_conninfo = '%s'\ndefault_transaction_read_only = %s\n", p.name, conninfo, ro)
+	return p.writeFile(managerConf, text)
+}
+
+// SetStandby creates (on) or removes standby.signal: whether the next start
+// is in recovery, streaming from primary_conninfo.
+func (p *Postgres) SetStandby(on bool) error {
+	path := filepath.Join(p.data, "standby.signal")
+	if !on {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return p.writeFile("standby.signal", "")
+}
+
+// Running reports whether the postmaster is running.
+func (p *Postgres) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// Start runs the postmaster and waits until it accepts connections (a
+// standby does once it is consistent), for at most the life of ctx.
+func (p *Postgres) Start(ctx context.Context) error {
+	p.mu.Lock()
+	if p.cmd != nil {
+		p.mu.Unlock()
+		return errors.New("postgres is already running")
+	}
+	log, err := p.openLog("starting postgres on %s", p.Addr())
+	if err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	// Not CommandContext: the server outlives Start's ctx.
+	cmd := p.command(context.Background(), "postgres", "-D", p.data, "-p", strconv.Itoa(p.port))
+	cmd.Stdout, cmd.Stderr = log, log
+	err = cmd.Start()
+	log.Close()
+	if err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+		p.mu.Lock()
+		if p.cmd == cmd {
+			p.cmd = nil
+		}
+		p.mu.Unlock()
+	}()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgx.Connect(cctx, p.DSN())
+		if err == nil {
+			conn.Close(cctx)
+			cancel()
+			return nil
+		}
+		cancel()
+		select {
+		case <-done:
+			return fmt.Errorf("postgres exited while starting; see %s", p.logf)
+		case <-ctx.Done():
+			p.Stop(0)
+			return fmt.Errorf("postgres not accepting connections: %w (last: %v); see %s", ctx.Err(), err, p.logf)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the postmaster and waits for it to exit. With grace 0 it is an
+// immediate shutdown (SIGQUIT: every backend exits at once, open
+// transactions are lost, the next start runs crash recovery): the fence.
+// Otherwise a fast shutdown (SIGINT), escalated to SIGKILL after grace.
+func (p *Postgres) Stop(grace time.Duration) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	sig := syscall.SIGQUIT
+	if grace > 0 {
+		sig = syscall.SIGINT
+	} else {
+		grace = 5 * time.Second
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Reload makes the postmaster re-read its configuration files (SIGHUP).
+func (p *Postgres) Reload() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return errors.New("postgres is not running")
+	}
+	return p.cmd.Process.Signal(syscall.SIGHUP)
+}
+
+// Connect opens a connection to database postgres.
+func (p *Postgres) Connect(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.Connect(ctx, p.DSN())
+}
