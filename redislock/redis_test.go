@@ -391,3 +391,44 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("Dial(closed port) = %v, want ErrUnavailable naming %s", err, dead.Addr())
 	}
 }
+
+// TestAuth: a server with requirepass refuses a client without the
+// password (a clear error, nothing written) and serves one with it.
+func TestAuth(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	s, err := redisserver.Start(baseDir+"/auth", redisserver.Options{Password: "s3cret-pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = redislock.Dial(ctx, []string{s.Addr()}, &redis.Options{MaxRetries: -1}, redislock.Options{})
+	if !errors.Is(err, tenure.ErrUnavailable) || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("Dial without the password = %v, want ErrUnavailable with NOAUTH", err)
+	}
+	_, err = redislock.Dial(ctx, []string{s.Addr()}, &redis.Options{Username: "default", Password: "wrong", MaxRetries: -1}, redislock.Options{})
+	if err == nil || strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("Dial with a wrong password = %v, want an error that does not echo the password", err)
+	}
+	b, err := redislock.Dial(ctx, []string{s.Addr()}, &redis.Options{Username: "default", Password: "s3cret-pw"}, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e, err := election.New(b, election.Config{Key: "auth-test", Identity: "a", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatalf("Campaign with the password: %v", err)
+	}
+	// Another client without the password can neither read nor delete it.
+	raw := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint()})
+	defer raw.Close()
+	if err := raw.Del(ctx, "auth-test").Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("DEL without the password = %v, want NOAUTH", err)
+	}
+	if !e.IsLeader() {
+		t.Fatal("leadership lost")
+	}
+}
