@@ -395,6 +395,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		b: b, ttl: opts.TTL, every: opts.RenewInterval, now: now,
 		granted: election.Renewal{Sent: sent, TTL: opts.TTL - b.drift(opts.TTL)},
 		entries: map[string]*entry{},
+		subs:    map[string]*subscription{},
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}

@@ -25,7 +25,8 @@ type session struct {
 	granted election.Renewal
 
 	mu      sync.Mutex
-	entries map[string]*entry // by random part (Ticket.Name)
+	entries map[string]*entry        // by random part (Ticket.Name)
+	subs    map[string]*subscription // by key, kept for later campaigns
 	closed  bool
 
 	stop      chan struct{}
@@ -204,11 +205,6 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 		return t, fmt.Errorf("%w: redislock: no entry %s on %q", tenure.ErrOwnershipLost, t.Name, t.Key)
 	}
 	var sub *subscription
-	defer func() {
-		if sub != nil {
-			sub.close()
-		}
-	}()
 	var wake <-chan struct{}
 	for {
 		if err := s.alive(); err != nil {
@@ -230,7 +226,7 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 		} else if sub == nil {
 			// Subscribe, then try again at once: a release between the
 			// failed try and the subscription is not missed.
-			if sub, err = s.b.subscribe(ctx, t.Key); err != nil {
+			if sub, err = s.subscription(ctx, t.Key); err != nil {
 				sub = nil
 				wait = retryPause
 			} else {
@@ -257,6 +253,37 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 		}
 		timer.Stop()
 	}
+}
+
+// subscription returns the session's subscription to key's channel,
+// subscribing on first use: a candidate that campaigns again reuses it
+// instead of opening a connection per campaign. A wake-up left over from
+// an earlier campaign costs one extra try.
+func (s *session) subscription(ctx context.Context, key string) (*subscription, error) {
+	s.mu.Lock()
+	if sub := s.subs[key]; sub != nil || s.closed {
+		s.mu.Unlock()
+		if sub == nil {
+			return nil, tenure.ErrClosed
+		}
+		return sub, nil
+	}
+	s.mu.Unlock()
+	sub, err := s.b.subscribe(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.subs[key]; old != nil || s.closed { // raced with another campaign, or Close
+		go sub.close()
+		if old == nil {
+			return nil, tenure.ErrClosed
+		}
+		return old, nil
+	}
+	s.subs[key] = sub
+	return sub, nil
 }
 
 // retryPause is the pause after a transient failure while waiting; the
@@ -405,7 +432,12 @@ func (s *session) Close(ctx context.Context) error {
 			es = append(es, e)
 		}
 		s.entries = map[string]*entry{}
+		subs := s.subs
+		s.subs = nil
 		s.mu.Unlock()
+		for _, sub := range subs {
+			sub.close()
+		}
 		var errs []error
 		for _, e := range es {
 			e.mu.Lock()

@@ -35,8 +35,16 @@ func Installed() error {
 type Options struct {
 	// Password, when set, is required by AUTH (requirepass).
 	Password string
+	// TLS, when set, makes the server speak only TLS on its port.
+	TLS *TLS
 	// Args are extra "--name value" arguments for redis-server.
 	Args []string
+}
+
+// TLS names the PEM files of a TLS server. Clients need not present a
+// certificate.
+type TLS struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // Server is one running (or stopped) redis-server. Its methods are safe for
@@ -83,12 +91,17 @@ func (s *Server) Restart() error {
 	if s.cmd != nil {
 		return nil
 	}
-	args := []string{
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	port := []string{"--port", strconv.Itoa(s.port)}
+	if t := s.opts.TLS; t != nil {
+		port = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile,
+			"--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", "no"}
+	}
+	args := append(port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--logfile", s.LogFile(), "--daemonize", "no",
 		"--protected-mode", "no",
-	}
+	)
 	if s.opts.Password != "" {
 		args = append(args, "--requirepass", s.opts.Password)
 	}
