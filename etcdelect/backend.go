@@ -75,7 +75,9 @@ func entryName(key string, lease clientv3.LeaseID) string {
 }
 
 // translate maps an etcd client error onto tenure's sentinels, keeping it
-// reachable. Context errors pass through unchanged.
+// reachable. Context errors pass through unchanged; authentication and
+// permission failures wrap tenure.ErrInvalidConfig (not retried); the rest
+// wrap tenure.ErrUnavailable.
 func translate(op string, err error) error {
 	switch {
 	case err == nil:
@@ -84,29 +86,34 @@ func translate(op string, err error) error {
 		return err
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return fmt.Errorf("%w: etcd %s: %w", tenure.ErrSessionExpired, op, err)
+	case refused(err):
+		// Retrying will not help: the credentials or the role are wrong.
+		return fmt.Errorf("%w: etcd %s refused: %w (check the user's role: see docs/security.md)", tenure.ErrInvalidConfig, op, err)
 	default:
 		return fmt.Errorf("%w: etcd %s: %w", tenure.ErrUnavailable, op, err)
 	}
 }
 
-// Leader reads the oldest entry of key (entries of nested keys
-// "<key>/<sub>/…" excluded).
+// Leader reads the oldest entry of key. Keys under "<key>/" that are not
+// entries (nested keys' entries "<key>/<sub>/…", keys without the lease
+// their name says) are not contenders and are skipped.
 func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
 	resp, err := b.cli.Get(ctx, prefix(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return tenure.Leader{}, translate("get leader", err)
 	}
-	if len(resp.Kvs) == 0 || !nested(key, resp.Kvs[0].Key) {
+	if len(resp.Kvs) == 0 || isEntry(key, resp.Kvs[0]) {
 		return leaderOf(key, resp.Kvs), nil
 	}
-	// The oldest entry is a nested key's: list them all, oldest first.
+	// The oldest key under the prefix is not a contender (a nested key's
+	// entry, or another client's data): list them all, oldest first.
 	all, err := b.cli.Get(ctx, prefix(key), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return tenure.Leader{}, translate("get leader", err)
 	}
 	for _, kv := range all.Kvs {
-		if !nested(key, kv.Key) {
+		if isEntry(key, kv) {
 			return leaderOf(key, []*mvccpb.KeyValue{kv}), nil
 		}
 	}
@@ -195,4 +202,17 @@ func watchClosed(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return fmt.Errorf("%w: etcd watch closed", tenure.ErrUnavailable)
+}
+
+// refused reports whether err is etcd refusing the request for its
+// credentials: a wrong password, no user, or a role without permission.
+// An expired auth token is not one: the client fetches a new one.
+func refused(err error) bool {
+	for _, r := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty, rpctypes.ErrAuthNotEnabled, rpctypes.ErrUserNotFound} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	// A watch cancelled by the server carries only the reason's text.
+	return strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error())
 }

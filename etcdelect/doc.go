@@ -34,6 +34,14 @@
 //   - Watches require a leader (clientv3.WithRequireLeader), so a member
 //     cut off from its cluster fails them instead of going silent.
 //
+// # Security
+//
+// Security fills in a clientv3.Config with TLS and a user; the role a
+// service's user needs is readwrite on its keys' prefix (docs/security.md).
+// A request the server refuses for its credentials is
+// tenure.ErrInvalidConfig and is not retried. Keys under "<key>/" that are
+// not entries (another client's data) are not contenders.
+//
 // The Backend does not own the client: close it after every Elector that
 // uses it.
 package etcdelect

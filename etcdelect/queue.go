@@ -3,7 +3,6 @@ package etcdelect
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -61,11 +60,14 @@ func (s *session) deleteOwn(ctx context.Context, name string) {
 // read returns t's own entry (nil when gone or replaced) and the newest
 // entry of t's key older than it (nil when t is first), in one consistent
 // read. With all, it lists the names of every older entry instead, and ahead
-// counts them (etcd's Count ignores create-revision filters). Entries of
-// nested keys ("<key>/<sub>/<lease>") are not the key's: when the newest
-// older entry is nested, the older entries are listed and filtered.
+// counts them (etcd's Count ignores create-revision filters). Keys under
+// the prefix that are not entries (isEntry: nested keys' entries
+// "<key>/<sub>/<lease>", another client's data) are not contenders: when the
+// newest older key is one, the older keys are listed and filtered.
 func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, pred *mvccpb.KeyValue, ahead int, rev int64, err error) {
-	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1), clientv3.WithKeysOnly()}
+	// Not WithKeysOnly: etcd serves keys-only ranges from its index, without
+	// the entries' leases, which isEntry needs.
+	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1)}
 	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(int64(t.Token)-1))
 	if all {
 		before = older
@@ -82,7 +84,7 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, p
 		own = kvs[0]
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
-	if !all && len(kvs) > 0 && nested(t.Key, kvs[0].Key) {
+	if !all && len(kvs) > 0 && !isEntry(t.Key, kvs[0]) {
 		r, err := s.cli.Get(ctx, prefix(t.Key), append(older, clientv3.WithRev(rev))...)
 		if err != nil {
 			return nil, nil, 0, 0, translate("read queue", err)
@@ -90,7 +92,7 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, p
 		kvs = r.Kvs
 	}
 	for _, kv := range kvs {
-		if nested(t.Key, kv.Key) {
+		if !isEntry(t.Key, kv) {
 			continue
 		}
 		ahead++
@@ -99,12 +101,6 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, p
 		}
 	}
 	return own, pred, ahead, rev, nil
-}
-
-// nested reports whether name belongs to an election nested under key
-// ("<key>/<sub>/<lease>") rather than to key.
-func nested(key string, name []byte) bool {
-	return strings.Contains(string(name[len(prefix(key)):]), "/")
 }
 
 // Ahead counts the entries older than t.
@@ -153,6 +149,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			if err := awaitCreated(ctx, ownCh); err != nil {
 				ow.cancel()
 				ow = nil
+				if errors.Is(err, tenure.ErrInvalidConfig) {
+					return err // refused (permission denied): waiting will not help
+				}
 				if !pause(ctx) {
 					return ctx.Err()
 				}
@@ -161,6 +160,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		}
 		own, pred, _, rev, err := s.read(ctx, t, false)
 		if err != nil {
+			if errors.Is(err, tenure.ErrInvalidConfig) {
+				return err
+			}
 			if !pause(ctx) {
 				return ctx.Err()
 			}

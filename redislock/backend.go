@@ -345,11 +345,30 @@ func (b *Backend) quorumErr(what string, rs []reply, ok int) error {
 			errs = append(errs, fmt.Errorf("%s: %w", b.names[r.i], r.err))
 		}
 	}
+	kind := tenure.ErrUnavailable
+	if refused(errs) {
+		kind = tenure.ErrInvalidConfig // waiting will not help
+	}
 	if len(b.masters) == 1 {
-		return fmt.Errorf("%w: redislock: %s on %s: %w", tenure.ErrUnavailable, what, b.names[0], errors.Join(errs...))
+		return fmt.Errorf("%w: redislock: %s on %s: %w", kind, what, b.names[0], errors.Join(errs...))
 	}
 	return fmt.Errorf("%w: redislock: %s: %d of %d masters answered, quorum is %d; failed: %s: %w",
-		tenure.ErrUnavailable, what, ok, len(b.masters), b.quorum(), strings.Join(failed, ", "), errors.Join(errs...))
+		kind, what, ok, len(b.masters), b.quorum(), strings.Join(failed, ", "), errors.Join(errs...))
+}
+
+// refused reports whether a server refused the client's credentials or
+// permissions (NOAUTH, WRONGPASS, NOPERM), which no retry can fix.
+func refused(errs []error) bool {
+	for _, err := range errs {
+		var re redis.Error
+		if errors.As(err, &re) {
+			msg := re.Error()
+			if strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOPERM") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pingQuorum pings every master and returns how many answered, or an error

@@ -2,6 +2,8 @@ package redislock_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +22,7 @@ import (
 	"github.com/tenure-go/tenure/fence"
 	"github.com/tenure-go/tenure/internal/faultproxy"
 	"github.com/tenure-go/tenure/internal/redisserver"
+	"github.com/tenure-go/tenure/internal/testpki"
 	"github.com/tenure-go/tenure/redislock"
 )
 
@@ -402,8 +405,8 @@ func TestAuth(t *testing.T) {
 	}
 	defer s.Close()
 	_, err = redislock.Dial(ctx, []string{s.Addr()}, &redis.Options{MaxRetries: -1}, redislock.Options{})
-	if !errors.Is(err, tenure.ErrUnavailable) || !strings.Contains(err.Error(), "NOAUTH") {
-		t.Fatalf("Dial without the password = %v, want ErrUnavailable with NOAUTH", err)
+	if !errors.Is(err, tenure.ErrInvalidConfig) || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("Dial without the password = %v, want ErrInvalidConfig with NOAUTH", err)
 	}
 	_, err = redislock.Dial(ctx, []string{s.Addr()}, &redis.Options{Username: "default", Password: "wrong", MaxRetries: -1}, redislock.Options{})
 	if err == nil || strings.Contains(err.Error(), "wrong") {
@@ -430,5 +433,102 @@ func TestAuth(t *testing.T) {
 	}
 	if !e.IsLeader() {
 		t.Fatal("leadership lost")
+	}
+}
+
+// TestTLS: a TLS-only server refuses plain TCP and serves a client that
+// trusts its CA.
+func TestTLS(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	ca, err := testpki.NewCA(t.TempDir(), "redis-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := ca.Server("redis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := redisserver.Start(baseDir+"/tls", redisserver.Options{TLS: &redisserver.TLS{CertFile: pair.CertFile, KeyFile: pair.KeyFile, CAFile: ca.CertFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	plain := &redis.Options{MaxRetries: -1, DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond}
+	if _, err := redislock.Dial(ctx, []string{s.Addr()}, plain, redislock.Options{}); !errors.Is(err, tenure.ErrUnavailable) {
+		t.Fatalf("plain TCP to a TLS server = %v, want ErrUnavailable", err)
+	}
+	pem, err := os.ReadFile(ca.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	// A client that does not trust the CA refuses the server.
+	untrusted := &redis.Options{MaxRetries: -1, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	if _, err := redislock.Dial(ctx, []string{s.Addr()}, untrusted, redislock.Options{}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a client without the CA = %v, want a certificate error", err)
+	}
+	b, err := redislock.Dial(ctx, []string{s.Addr()}, &redis.Options{TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e, err := election.New(b, election.Config{Key: "tls-test", Identity: "a", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatalf("Campaign over TLS: %v", err)
+	}
+}
+
+// TestACLUser: the ACL user docs/security.md documents can campaign on its
+// own keys and nothing else.
+func TestACLUser(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	admin := client(t, srv.Addr())
+	acl := strings.Fields(`ACL SETUSER report on >pw-report resetkeys ~report:* resetchannels &tenure:report:* -@all +get +set +del +incr +pexpire +pttl +publish +subscribe +unsubscribe +ping +eval +evalsha +script|load`)
+	args := make([]any, len(acl))
+	for i, a := range acl {
+		args[i] = a
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	defer admin.Do(context.Background(), "ACL", "DELUSER", "report")
+	b, err := redislock.Dial(ctx, []string{srv.Addr()}, &redis.Options{Username: "report", Password: "pw-report", MaxRetries: -1}, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	newE := func(key, id string) *election.Elector {
+		e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	a, w := newE("report:hourly", "a"), newE("report:hourly", "b")
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatalf("Campaign on the user's own key: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := w.Campaign(ctx); got <- err }()
+	time.Sleep(100 * time.Millisecond) // b waits on the channel
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter after a resign: %v", err)
+	}
+	if _, err := newE("billing", "c").TryCampaign(ctx); !errors.Is(err, tenure.ErrInvalidConfig) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("TryCampaign on another service's key = %v, want ErrInvalidConfig with NOPERM", err)
+	}
+	// A waiting campaign fails at once too, instead of retrying.
+	start := time.Now()
+	if _, err := newE("billing", "d").Campaign(ctx); !errors.Is(err, tenure.ErrInvalidConfig) || time.Since(start) > 2*time.Second {
+		t.Fatalf("Campaign on another service's key = %v after %v, want ErrInvalidConfig at once", err, time.Since(start))
 	}
 }

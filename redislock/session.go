@@ -215,8 +215,8 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 			t.Token = e.token
 			return t, nil
 		}
-		if errors.Is(err, tenure.ErrOwnershipLost) {
-			return t, err
+		if errors.Is(err, tenure.ErrOwnershipLost) || errors.Is(err, tenure.ErrInvalidConfig) {
+			return t, err // gone, or refused (credentials, ACL): waiting will not help
 		}
 		if ctx.Err() != nil {
 			return t, ctx.Err()

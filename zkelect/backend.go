@@ -25,14 +25,19 @@ const Name = "zookeeper"
 type Option func(*options)
 
 type options struct {
-	acl    []zk.ACL
-	log    *zap.Logger
-	dialer zk.Dialer
+	acl        []zk.ACL
+	aclSet     bool // by WithACL or WithCreatorACL
+	creatorACL bool // by WithCreatorACL
+	auth       []authCred
+	digestUser string
+	log        *zap.Logger
+	dialer     zk.Dialer
 }
 
 // WithACL sets the ACL of every node tenure creates. Default:
-// zk.WorldACL(zk.PermAll).
-func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl = acl } }
+// zk.WorldACL(zk.PermAll) (anyone may read, change and delete them), or
+// CreatorACL(false) with WithDigestAuth.
+func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl, o.aclSet = acl, true } }
 
 // WithLogger sets the logger for go-zookeeper's messages (at Debug) and the
 // backend's. Default: zap.NewNop().
@@ -70,10 +75,15 @@ var _ election.Backend = (*Backend)(nil)
 // server negotiates a different session timeout (outside its
 // minSessionTimeout..maxSessionTimeout), Dial fails with
 // tenure.ErrInvalidConfig rather than run with a bound nobody asked for.
+// With WithDigestAuth it authenticates before it returns (go-zookeeper
+// authenticates again after every reconnection, before other requests).
 func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, opts ...Option) (*Backend, error) {
 	o := options{acl: zk.WorldACL(zk.PermAll), log: zap.NewNop()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := o.finish(); err != nil {
+		return nil, err
 	}
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("%w: zookeeper: no servers", tenure.ErrInvalidConfig)
@@ -107,6 +117,10 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if got := time.Duration(b.negotiatedMs.Load()) * time.Millisecond; got != sessionTimeout {
 		b.Close()
 		return nil, fmt.Errorf("%w: zookeeper negotiated a %v session timeout for the %v asked: the server's min/maxSessionTimeout exclude it", tenure.ErrInvalidConfig, got, sessionTimeout)
+	}
+	if err := b.authenticate(ctx, o.auth); err != nil {
+		b.Close()
+		return nil, err
 	}
 	return b, nil
 }
@@ -242,8 +256,10 @@ func (b *Backend) Linearizable() bool { return true }
 func (b *Backend) CheckKey(key string) error { return CheckKey(key) }
 
 // CheckKey accepts absolute znode paths: "/" followed by non-empty
-// components other than "." and "..", no trailing slash, no control or
-// non-UTF-8 characters, not under /zookeeper, at most 1024 bytes. Errors
+// components other than "." and "..", no trailing slash, valid UTF-8
+// without the characters the ZooKeeper server refuses in a path (controls,
+// U+D800–U+F8FF, U+FFF0–U+FFFF, and characters beyond U+FFFF, which Java
+// holds as surrogates), not under /zookeeper, at most 1024 bytes. Errors
 // wrap tenure.ErrInvalidConfig.
 func CheckKey(key string) error {
 	bad := func(why string) error {
@@ -260,7 +276,7 @@ func CheckKey(key string) error {
 		return bad("ends with /")
 	case !utf8.ValidString(key):
 		return bad("is not valid UTF-8")
-	case strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0xfffe || r == 0xffff }) >= 0:
+	case strings.IndexFunc(key, forbiddenRune) >= 0:
 		return bad("holds a character ZooKeeper forbids")
 	case key == "/zookeeper" || strings.HasPrefix(key, "/zookeeper/"):
 		return bad("is under /zookeeper, which the server reserves")
@@ -429,4 +445,11 @@ func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Lead
 			return ctx.Err()
 		}
 	}
+}
+
+// forbiddenRune reports the characters ZooKeeper's PathUtils.validatePath
+// refuses, which it checks on Java's UTF-16 code units: a character beyond
+// U+FFFF is a surrogate pair there, in the refused U+D800–U+F8FF.
+func forbiddenRune(r rune) bool {
+	return r < 0x20 || (r >= 0x7f && r <= 0x9f) || (r >= 0xd800 && r <= 0xf8ff) || r >= 0xfff0
 }

@@ -34,6 +34,14 @@
 //   - Events arrive through a non-blocking callback (go-zookeeper drops
 //     events when its channel is full).
 //
+// # Security
+//
+// By default the nodes tenure creates are open to everyone (world:anyone,
+// all permissions), as they always were. WithDigestAuth authenticates the
+// connection and restricts them to the same user; WithCreatorACL(true)
+// lets everyone read them (observers). A request the server refuses
+// (NoAuth) is tenure.ErrInvalidConfig. See docs/security.md.
+//
 // # Ownership
 //
 // A Backend owns one ZooKeeper connection, and so one ZooKeeper session;

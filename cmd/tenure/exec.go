@@ -31,6 +31,7 @@ type execFlags struct {
 	noWait      bool
 	grace       time.Duration
 	metricsAddr string
+	metricsFile string
 }
 
 func cmdExec(args []string, stdout, stderr io.Writer) int {
@@ -42,6 +43,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.noWait, "no-wait", false, "if KEY is held, exit 0 at once without running CMD (cron on N replicas)")
 	fs.DurationVar(&f.grace, "grace", time.Second, "time CMD gets between SIGTERM and SIGKILL when leadership is lost")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz, /leader (200 on the holder, 503 elsewhere) and /status on HOST:PORT")
+	fs.StringVar(&f.metricsFile, "metrics-file", "", "on exit, write this run's metrics to FILE in Prometheus text format (atomically; for node_exporter's textfile collector: cron jobs exit before any scrape)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: tenure exec --key KEY [flags] -- CMD [ARG...]
 
@@ -60,6 +62,7 @@ Examples:
   tenure exec --key backup --endpoints 10.0.0.1:2379 -- ./backup.sh
   tenure exec --key report --no-wait --ttl 30s -- ./report --date today
   tenure exec --backend zk --endpoints zk1:2181,zk2:2181 --key /locks/backup -- ./backup.sh
+  tenure exec --backend redis --endpoints redis:6379 --key report --no-wait --ttl 2m       --metrics-file /var/lib/node_exporter/report.prom -- ./report   (efficiency only)
 
 Flags:
 `)
@@ -139,10 +142,16 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	}
 	defer closeBackend()
 	opts := []election.Option{election.WithLogger(log)}
+	// reg holds tenure's own series; the endpoint adds the Go runtime's
+	// and the process's, the metrics file does not (node_exporter's
+	// textfile collector would clash with its own go_* and process_*).
 	var reg *prometheus.Registry
-	if f.metricsAddr != "" {
+	var served prometheus.Gatherers
+	if f.metricsAddr != "" || f.metricsFile != "" {
 		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		proc := prometheus.NewRegistry()
+		proc.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		served = prometheus.Gatherers{reg, proc}
 		m, err := election.NewMetrics(reg)
 		if err != nil {
 			fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
@@ -155,8 +164,17 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage
 	}
+	if f.metricsFile != "" {
+		// Registered before the Close below, so it runs after it: the
+		// file holds the run's final counts.
+		defer func() {
+			if err := prometheus.WriteToTextfile(f.metricsFile, reg); err != nil {
+				fmt.Fprintf(stderr, "tenure exec: --metrics-file: %s\n", oneLine(err))
+			}
+		}()
+	}
 	if f.metricsAddr != "" {
-		stop, err := serveHTTP(f.metricsAddr, e.Handler(reg))
+		stop, err := serveHTTP(f.metricsAddr, e.Handler(served))
 		if err != nil {
 			fmt.Fprintf(stderr, "tenure exec: --metrics-addr: %s\n", oneLine(err))
 			_ = e.Close(context.Background())
@@ -180,7 +198,7 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	case errors.Is(err, tenure.ErrLocked):
 		who := "another candidate"
 		if l, lerr := e.Leader(context.Background()); lerr == nil && !l.Vacant {
-			who = fmt.Sprintf("%s (term %d)", l.Term.Identity, l.Term.Token)
+			who = fmt.Sprintf("%s (term %d)", shown(l.Term.Identity), l.Term.Token)
 		}
 		fmt.Fprintf(stderr, "tenure exec: %s is held by %s; not running %s (--no-wait)\n", f.key, who, argv[0])
 		return exitOK
@@ -211,7 +229,7 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(childEnv(), // without TENURE_PASSWORD
 		"TENURE_TERM="+strconv.FormatUint(term.Token, 10),
 		"TENURE_KEY="+term.Key,
 		"TENURE_IDENTITY="+term.Identity,

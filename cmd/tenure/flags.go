@@ -18,6 +18,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/etcdelect"
+	"github.com/tenure-go/tenure/redislock"
 	"github.com/tenure-go/tenure/zkelect"
 )
 
@@ -29,15 +30,17 @@ type common struct {
 	dialTimeout time.Duration
 	logLevel    string
 	logFormat   string
+	sec         security // cmd/tenure/security.go
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.backend, "backend", "etcd", "backend: etcd or zk (ZooKeeper)")
+	fs.StringVar(&c.backend, "backend", "etcd", "backend: etcd, zk (ZooKeeper) or redis (efficiency only: several endpoints are Redlock masters; see docs/redis.md)")
 	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated HOST:PORT list of the backend's servers")
 	fs.StringVar(&c.key, "key", "", "election key (required; an absolute znode path such as /locks/report on zk)")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try to reach the backend before giving up")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "console", "log format on stderr: console or json")
+	c.sec.register(fs)
 }
 
 // parse parses args, taking defaults from TENURE_<FLAG> environment
@@ -77,16 +80,20 @@ func (c *common) validate() error {
 	case "etcd":
 	case "zk", "zookeeper":
 		c.backend = "zookeeper"
+	case "redis":
 	default:
-		return fmt.Errorf("unknown backend %q (supported: etcd, zk)", c.backend)
+		return fmt.Errorf("unknown backend %q (supported: etcd, zk, redis)", c.backend)
 	}
 	if c.key == "" {
 		return errors.New("--key is required and must not be empty")
 	}
 	var err error
-	if c.backend == "etcd" {
+	switch c.backend {
+	case "etcd":
 		err = etcdelect.New(nil).CheckKey(c.key)
-	} else {
+	case "redis":
+		err = redislock.CheckKey(c.key)
+	default:
 		err = zkelect.CheckKey(c.key)
 	}
 	if err != nil {
@@ -103,6 +110,9 @@ func (c *common) validate() error {
 	}
 	if c.logFormat != "console" && c.logFormat != "json" {
 		return fmt.Errorf("--log-format %q: want console or json", c.logFormat)
+	}
+	if err := c.sec.validate(c.backend); err != nil {
+		return err
 	}
 	return nil
 }
@@ -121,8 +131,11 @@ func (c *common) logger(w io.Writer) *zap.Logger {
 
 // checkTTL refuses a TTL the backend cannot honour.
 func (c *common) checkTTL(ttl time.Duration) error {
-	if c.backend == "etcd" {
+	switch c.backend {
+	case "etcd":
 		return etcdelect.New(nil).CheckTTL(ttl)
+	case "redis":
+		return (&redislock.Backend{}).CheckTTL(ttl)
 	}
 	return zkelect.CheckSessionTimeout(ttl)
 }
@@ -138,13 +151,16 @@ func (c *common) open(ctx context.Context, ttl time.Duration) (b election.Backen
 		}
 		return etcdelect.New(cli), func() { cli.Close() }, nil
 	}
+	if c.backend == "redis" {
+		return c.openRedis(ctx)
+	}
 	eps, err := c.endpointList()
 	if err != nil {
 		return nil, nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()
-	zb, err := zkelect.Dial(dctx, eps, ttl)
+	zb, err := zkelect.Dial(dctx, eps, ttl, c.sec.zk()...)
 	if err != nil {
 		if errors.Is(err, tenure.ErrUnavailable) {
 			return nil, nil, fmt.Errorf("cannot reach zookeeper at %s within %v: %w", c.endpoints, c.dialTimeout, err)
@@ -180,9 +196,13 @@ func (c *common) connect(ctx context.Context) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: c.dialTimeout, Logger: zap.NewNop()})
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: c.dialTimeout, Logger: zap.NewNop()}
+	if err := c.sec.etcd(&cfg); err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: etcd %s: %w", tenure.ErrUnavailable, c.endpoints, err)
+		return nil, c.sec.etcdDialError(c.endpoints, c.dialTimeout, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()

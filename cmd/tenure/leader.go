@@ -72,7 +72,7 @@ Flags:
 			fmt.Fprintln(stdout, "vacant")
 			return
 		}
-		fmt.Fprintf(stdout, "%s term=%d\n", l.Term.Identity, l.Term.Token)
+		fmt.Fprintf(stdout, "%s term=%d\n", shown(l.Term.Identity), l.Term.Token)
 	}
 	if *watch {
 		var last *tenure.Leader

@@ -22,11 +22,12 @@ import (
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/etcdelect"
 	"github.com/tenure-go/tenure/internal/etcdembed"
+	"github.com/tenure-go/tenure/internal/redisserver"
 	"github.com/tenure-go/tenure/internal/zkserver"
 	"github.com/tenure-go/tenure/zkelect"
 )
 
-var endpoint, zkEndpoint string
+var endpoint, zkEndpoint, redisEndpoint string
 
 // env is one backend the CLI tests run against.
 type env struct {
@@ -133,7 +134,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	zkEndpoint = zks.Endpoint(0)
+	rs, err := redisserver.Start(filepath.Join(dir, "redis"), redisserver.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	redisEndpoint = rs.Addr()
 	code := m.Run()
+	rs.Close()
 	zks.Close()
 	srv.Close()
 	os.RemoveAll(dir)

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/internal/redisserver"
+)
+
+// redisExec returns tenure exec's arguments on the test's Redis server.
+func redisExec(args ...string) []string {
+	return append([]string{"exec", "--backend", "redis", "--endpoints", redisEndpoint}, args...)
+}
+
+// TestExecRedis_FourNoWaitOneRuns is the cron scenario: four replicas start
+// the same job with --no-wait at once; exactly one runs it, the other three
+// exit 0 within a second, and each run's --metrics-file counts what it did.
+func TestExecRedis_FourNoWaitOneRuns(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	type run struct {
+		p       *proc
+		id      string
+		started time.Time
+		exited  chan time.Time
+	}
+	var runs []*run
+	for i := range 4 {
+		r := &run{id: string(rune('a' + i)), started: time.Now(), exited: make(chan time.Time, 1)}
+		r.p = start(t, redisExec("--key", key, "--ttl", "4s", "--no-wait", "--identity", r.id,
+			"--metrics-file", path(dir, r.id+".prom"), "--",
+			"sh", "-c", `echo `+r.id+` >> `+path(dir, "ran")+`; sleep 2`)...)
+		go func() { <-r.p.done; r.exited <- time.Now() }()
+		runs = append(runs, r)
+	}
+	var runner *run
+	skipped := 0
+	for _, r := range runs {
+		if code := r.p.wait(t, 15*time.Second); code != 0 {
+			t.Fatalf("replica %s exited %d; stderr: %s", r.id, code, r.p.stderr)
+		}
+		took := (<-r.exited).Sub(r.started)
+		prom, err := os.ReadFile(path(dir, r.id+".prom"))
+		if err != nil {
+			t.Fatalf("replica %s wrote no metrics file: %v", r.id, err)
+		}
+		if strings.Contains(string(prom), "go_goroutines") || strings.Contains(string(prom), "process_") {
+			t.Errorf("replica %s's metrics file holds Go runtime or process series, which clash in node_exporter:\n%s", r.id, prom)
+		}
+		if strings.Contains(r.p.stderr.String(), "is held by") {
+			skipped++
+			if took > time.Second {
+				t.Errorf("replica %s skipped after %v, want within 1s", r.id, took)
+			}
+			if !strings.Contains(string(prom), `tenure_skipped_total{backend="redis",key="`+key+`"} 1`) {
+				t.Errorf("replica %s skipped, but its metrics say:\n%s", r.id, prom)
+			}
+			continue
+		}
+		if runner != nil {
+			t.Fatalf("replicas %s and %s both ran", runner.id, r.id)
+		}
+		runner = r
+		if !strings.Contains(string(prom), `tenure_transitions_total{backend="redis",key="`+key+`",reason="elected"} 1`) {
+			t.Errorf("replica %s ran, but its metrics say:\n%s", r.id, prom)
+		}
+	}
+	b, err := os.ReadFile(path(dir, "ran"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Fields(string(b)); runner == nil || skipped != 3 || len(lines) != 1 || lines[0] != runner.id {
+		t.Fatalf("the job ran as %q; %d replicas skipped: want exactly one run and three skips", lines, skipped)
+	}
+}
+
+// TestExecRedis_WatchdogKeepsLongJob: a job that runs three times its TTL
+// keeps the lock (the watchdog extends it); a waiter starts only after the
+// job ends.
+func TestExecRedis_WatchdogKeepsLongJob(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	a := start(t, redisExec("--key", key, "--ttl", "1s", "--grace", "100ms", "--",
+		"sh", "-c", `date +%s%N > `+path(dir, "a-start")+`; sleep 3; date +%s%N > `+path(dir, "a-end"))...)
+	waitFile(t, path(dir, "a-start"), 10*time.Second)
+	b := start(t, redisExec("--key", key, "--ttl", "1s", "--grace", "100ms", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	if code := a.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("the long job exited %d; stderr: %s", code, a.stderr)
+	}
+	if code := b.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("the waiter exited %d; stderr: %s", code, b.stderr)
+	}
+	aEnd := nanos(t, waitFile(t, path(dir, "a-end"), time.Second))
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), time.Second))
+	if !bStart.After(aEnd) {
+		t.Fatalf("the waiter started at %v, before the 3 s job (TTL 1 s) ended at %v", bStart, aEnd)
+	}
+	t.Logf("the waiter started %v after the 3 s job ended (TTL 1 s)", bStart.Sub(aEnd))
+}
+
+// TestExecRedis_KilledHolderExpires: a SIGKILLed holder's key expires after
+// the TTL and the next waiter enters.
+func TestExecRedis_KilledHolderExpires(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	a := start(t, redisExec("--key", key, "--ttl", "2s", "--",
+		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; exec sleep 60`)...)
+	pidIn(t, path(dir, "a-pid"))
+	start(t, redisExec("--key", key, "--ttl", "2s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	time.Sleep(300 * time.Millisecond) // b is waiting
+	killed := time.Now()
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
+	took := bStart.Sub(killed)
+	t.Logf("redis: holder SIGKILLed → next command started in %v (TTL 2s)", took)
+	// The key lives up to TTL after the last extension (at most TTL/3
+	// before the kill); the waiter wakes when it expires.
+	if took < time.Second || took > 2*time.Second+500*time.Millisecond {
+		t.Fatalf("failover took %v: want between 2/3 TTL (the key outlives the holder) and TTL + 0.5 s", took)
+	}
+}
+
+// TestExecRedis_BadInput: a closed port and options for other backends are
+// clear errors (exit 2).
+func TestExecRedis_BadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"exec", "--backend", "redis", "--endpoints", "127.0.0.1:1", "--dial-timeout", "500ms", "--key", "k", "--", "true"}, "cannot reach redis at 127.0.0.1:1"},
+		{redisExec("--key", "a b", "--", "true"), "contains a space"},
+		{redisExec("--key", "k", "--ttl", "50ms", "--", "true"), "TTL 50ms"},
+		{redisExec("--key", "k", "--zk-acl", "creator", "--", "true"), "zk-acl"},
+	} {
+		p := start(t, c.args...)
+		if code := p.wait(t, 10*time.Second); code != exitUsage || !strings.Contains(p.stderr.String(), c.want) {
+			t.Errorf("tenure %v: exit %d, stderr %q; want exit %d naming %q", c.args, code, p.stderr, exitUsage, c.want)
+		}
+	}
+}
+
+// TestExecRedis_Auth: with requirepass, tenure exec authenticates with
+// --user and TENURE_PASSWORD; without them it fails at once, naming the
+// refusal, never the password.
+func TestExecRedis_Auth(t *testing.T) {
+	s, err := redisserver.Start(dirT(t), redisserver.Options{Password: "cli-s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir := dirT(t)
+	args := []string{"exec", "--backend", "redis", "--endpoints", s.Addr(), "--key", testKey(t), "--log-level", "debug", "--"}
+	p := start(t, append(args, "touch", path(dir, "no-password"))...)
+	if code := p.wait(t, 10*time.Second); code != exitUsage || !strings.Contains(p.stderr.String(), "NOAUTH") {
+		t.Fatalf("without a password: exit %d, stderr %q; want exit %d naming NOAUTH", code, p.stderr, exitUsage)
+	}
+	cmd := tenureCmd(append(append([]string{}, args[:len(args)-1]...), "--user", "default", "--", "touch", path(dir, "ran"))...)
+	cmd.Env = append(cmd.Env, "TENURE_PASSWORD=cli-s3cret")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("with the password: %v; output %q", err, out)
+	}
+	if _, err := os.Stat(path(dir, "ran")); err != nil {
+		t.Fatal("the command did not run with the password")
+	}
+	if strings.Contains(string(out), "cli-s3cret") || strings.Contains(p.stderr.String(), "cli-s3cret") {
+		t.Fatalf("the password was printed: %q", out)
+	}
+}

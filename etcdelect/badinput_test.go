@@ -1,0 +1,192 @@
+package etcdelect_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
+	"github.com/tenure-go/tenure/etcdelect"
+	"github.com/tenure-go/tenure/internal/faultproxy"
+)
+
+func TestBadInput_EtcdKeysRefused(t *testing.T) {
+	b := etcdelect.New(nil)
+	for _, k := range []string{"", "a\x00b", "a\nb", "a\x7fb", "\xff\xfe", strings.Repeat("k", etcdelect.MaxKeyLen+1)} {
+		if _, err := election.New(b, election.Config{Key: k, TTL: 2 * time.Second}); !errors.Is(err, tenure.ErrInvalidConfig) {
+			t.Errorf("election.New with key %q = %v, want ErrInvalidConfig", k, err)
+		}
+	}
+}
+
+func allKeys(t *testing.T, cli *clientv3.Client, prefix string) []string {
+	t.Helper()
+	resp, err := cli.Get(ctxT(t, 10*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key))
+	}
+	return out
+}
+
+// TestBadInput_EtcdGarbageUnderThePrefixIsNotAContender: keys another client
+// put under the election's prefix, older than every candidate — without a
+// lease, under a lease that is not the one their name says, or with names
+// that are no lease ID — neither block the queue nor show as leader, and
+// tenure neither reads them as terms nor deletes them.
+func TestBadInput_EtcdGarbageUnderThePrefixIsNotAContender(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := electiontest.Key(t)
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	lease, err := admin.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Revoke(context.Background(), lease.ID)
+	garbage := map[string]clientv3.OpOption{
+		key + "/1":              nil,                          // a lease ID's name, no lease: would never expire
+		key + "/garbage":        nil,                          // not a lease ID
+		key + "/ABCDEF":         clientv3.WithLease(lease.ID), // upper case: not what %x writes
+		key + "/2":              clientv3.WithLease(lease.ID), // a lease, but not lease 2
+		key + "/":               nil,                          // empty name
+		key + "/00" + "1":       nil,                          // leading zeros
+		key + "/\xff\x00binary": nil,                          // binary name
+	}
+	var names []string
+	for k, opt := range garbage {
+		var opts []clientv3.OpOption
+		if opt != nil {
+			opts = append(opts, opt)
+		}
+		if _, err := admin.Put(ctx, k, "\x1b[31mnot an identity\x00", opts...); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	cli := newClient(t, endpoint)
+	defer cli.Close()
+	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "tenure", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if l, err := e.Leader(ctx); err != nil || !l.Vacant {
+		t.Fatalf("Leader with only garbage under the prefix = %+v, %v; want vacant", l, err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	term, err := e.TryCampaign(tctx)
+	if err != nil {
+		t.Fatalf("TryCampaign behind garbage = %v, want elected", err)
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Term.Token != term.Token || l.Term.Identity != "tenure" {
+		t.Fatalf("Leader = %+v, %v; want tenure at %d", l, err, term.Token)
+	}
+	if n, err := e.Position(ctx); err != nil || n != 0 {
+		t.Fatalf("Position = %d, %v; want 0", n, err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := allKeys(t, admin, key+"/"); !slices.Equal(got, names) {
+		t.Fatalf("keys after resign = %q, want the garbage only, untouched: %q", got, names)
+	}
+}
+
+// TestBadInput_EtcdConnectionCutMidCampaign: the server's connection closes
+// (faultproxy's Cut) again and again while a candidate waits; the client
+// reconnects and the campaign goes on to win when the leader resigns; a
+// campaign cancelled while its connections are being cut returns
+// ErrCanceled and leaves no entry.
+func TestBadInput_EtcdConnectionCutMidCampaign(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	key := electiontest.Key(t)
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	newProxied := func(id string) (*election.Elector, *faultproxy.Proxy) {
+		p, err := faultproxy.New(endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli := newClient(t, p.Addr())
+		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()); cli.Close(); p.Close() })
+		return e, p
+	}
+	leaderCli := newClient(t, endpoint)
+	defer leaderCli.Close()
+	leader, err := election.New(etcdelect.New(leaderCli), election.Config{Key: key, Identity: "leader", TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Close(context.Background())
+	lt, err := leader.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, wp := newProxied("waiter")
+	got := make(chan error, 1)
+	var wt tenure.Term
+	go func() {
+		var err error
+		wt, err = w.Campaign(ctx)
+		got <- err
+	}()
+	waitPos(t, w, 1)
+	for range 5 {
+		wp.Cut()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil || wt.Token <= lt.Token {
+			t.Fatalf("Campaign after cuts = %v (token %d), want elected above %d", err, wt.Token, lt.Token)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter whose connection was cut never got elected")
+	}
+
+	c, cp := newProxied("cancelled")
+	cctx, cancel := context.WithCancel(ctx)
+	cerr := make(chan error, 1)
+	go func() {
+		_, err := c.Campaign(cctx)
+		cerr <- err
+	}()
+	waitPos(t, c, 1)
+	cp.Cut()
+	cancel()
+	cp.Cut()
+	select {
+	case err := <-cerr:
+		if !errors.Is(err, tenure.ErrCanceled) {
+			t.Fatalf("cancelled Campaign = %v, want ErrCanceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cancelled Campaign did not return")
+	}
+	waitFor(t, "the cancelled candidate's entry to go", func() bool {
+		return len(allKeys(t, admin, key+"/")) == 1
+	})
+	if got := allKeys(t, admin, key+"/"); len(got) != 1 || got[0] != wt.Entry {
+		t.Fatalf("keys = %q, want only the leader's %s", got, wt.Entry)
+	}
+}
