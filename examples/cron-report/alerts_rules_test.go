@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestAlertRules: the rules README.md shows are alerts.yml, and, when
+// promtool is installed, they parse and pass alerts_test.yml.
+func TestAlertRules(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := os.ReadFile("alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 || block != string(rules) {
+		t.Fatalf("README.md's yaml block and alerts.yml differ:\n%s\n---\n%s", block, rules)
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not on the PATH: alerts_test.yml not run")
+		return
+	}
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
