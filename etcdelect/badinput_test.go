@@ -190,3 +190,49 @@ func TestBadInput_EtcdConnectionCutMidCampaign(t *testing.T) {
 		t.Fatalf("keys = %q, want only the leader's %s", got, wt.Entry)
 	}
 }
+
+// TestBadInput_EtcdLeaselessEntryNameIsSkipped: a key put by hand under the
+// prefix with an entry's name ("<key>/<hex>") but no lease, newer than any
+// other key, is read keys-only as a predecessor; it never goes away, so its
+// lease is checked once the wait outlives a TTL, and the candidate leads
+// then, skipping it (it is never deleted).
+func TestBadInput_EtcdLeaselessEntryNameIsSkipped(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := electiontest.Key(t)
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	if _, err := admin.Put(ctx, key+"/1", "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	cli := newClient(t, endpoint)
+	defer cli.Close()
+	const ttl = 2 * time.Second
+	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "tenure", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	start := time.Now()
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatalf("Campaign behind a leaseless key: %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("elected %v after campaigning behind a leaseless key named like an entry (TTL %v)", took, ttl)
+	if took > ttl+time.Second {
+		t.Fatalf("elected after %v, want within TTL + 1 s", took)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second campaign of the same session remembers the key: no wait.
+	start = time.Now()
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > ttl/2 {
+		t.Fatalf("second campaign waited %v behind the known leaseless key", took)
+	}
+	if got := allKeys(t, admin, key+"/"); len(got) != 2 || got[0] != key+"/1" {
+		t.Fatalf("keys = %q: want the hand-put key untouched and the leader's", got)
+	}
+}

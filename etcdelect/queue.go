@@ -59,35 +59,44 @@ func (s *session) deleteOwn(ctx context.Context, name string) {
 
 // read returns t's own entry (nil when gone or replaced) and the newest
 // entry of t's key older than it (nil when t is first), in one consistent
-// read. With all, it lists the names of every older entry instead, and ahead
-// counts them (etcd's Count ignores create-revision filters). Keys under
-// the prefix that are not entries (isEntry: nested keys' entries
-// "<key>/<sub>/<lease>", another client's data) are not contenders: when the
-// newest older key is one, the older keys are listed and filtered.
-func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, pred *mvccpb.KeyValue, ahead int, rev int64, err error) {
-	// Not WithKeysOnly: etcd serves keys-only ranges from its index, without
-	// the entries' leases, which isEntry needs.
+// read. With all, it lists every older entry instead, and ahead counts them
+// (etcd's Count ignores create-revision filters). Keys under the prefix
+// that are not entries (isEntry: nested keys' entries "<key>/<sub>/<lease>",
+// another client's data) are not contenders.
+//
+// Without all, the queue is read keys-only, which etcd serves from its
+// in-memory index without reading a single value: the head check on every
+// handoff costs no disk reads however long the queue. Keys-only results
+// carry no lease, so a predecessor whose name looks like an entry is
+// returned unverified (verified false); waitDelete checks its lease if it
+// outlives a TTL (an entry someone put by hand, without a lease, would
+// block the queue forever). When the newest older key's name is not an
+// entry's, the older keys are listed with their leases and filtered.
+func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, pred *mvccpb.KeyValue, verified bool, ahead int, rev int64, err error) {
 	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1)}
-	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(int64(t.Token)-1))
+	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(int64(t.Token)-1), clientv3.WithKeysOnly())
 	if all {
 		before = older
 	}
 	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(t.Name),
+		clientv3.OpGet(t.Name, clientv3.WithKeysOnly()),
 		clientv3.OpGet(prefix(t.Key), before...),
 	).Commit()
 	if err != nil {
-		return nil, nil, 0, 0, translate("read queue", err)
+		return nil, nil, false, 0, 0, translate("read queue", err)
 	}
 	rev = resp.Header.Revision
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && uint64(kvs[0].CreateRevision) == t.Token {
 		own = kvs[0]
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
-	if !all && len(kvs) > 0 && !isEntry(t.Key, kvs[0]) {
+	if !all && len(kvs) > 0 {
+		if _, ok := parseEntry(t.Key, kvs[0].Key); ok && !s.skipped(kvs[0]) {
+			return own, kvs[0], false, 1, rev, nil
+		}
 		r, err := s.cli.Get(ctx, prefix(t.Key), append(older, clientv3.WithRev(rev))...)
 		if err != nil {
-			return nil, nil, 0, 0, translate("read queue", err)
+			return nil, nil, false, 0, 0, translate("read queue", err)
 		}
 		kvs = r.Kvs
 	}
@@ -100,12 +109,12 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, p
 			pred = kv
 		}
 	}
-	return own, pred, ahead, rev, nil
+	return own, pred, true, ahead, rev, nil
 }
 
 // Ahead counts the entries older than t.
 func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
-	own, _, n, _, err := s.read(ctx, t, true)
+	own, _, _, n, _, err := s.read(ctx, t, true)
 	if err != nil {
 		return 0, err
 	}
@@ -133,22 +142,13 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	var ow *ownWatch
-	defer func() {
-		if ow != nil {
-			ow.cancel()
-		}
-	}()
-	var ownCh clientv3.WatchChan
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if ow == nil {
-			ow = s.watchOwn(t)
-			ownCh = ow.ch
-			if err := awaitCreated(ctx, ownCh); err != nil {
-				ow.cancel()
-				ow = nil
+			var err error
+			if ow, err = s.ownWatch(ctx, t.Name); err != nil {
 				if errors.Is(err, tenure.ErrInvalidConfig) {
 					return err // refused (permission denied): waiting will not help
 				}
@@ -158,7 +158,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 				continue
 			}
 		}
-		own, pred, _, rev, err := s.read(ctx, t, false)
+		own, pred, verified, _, rev, err := s.read(ctx, t, false)
 		if err != nil {
 			if errors.Is(err, tenure.ErrInvalidConfig) {
 				return err
@@ -172,18 +172,17 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			return s.lost(ctx, t)
 		}
 		if pred == nil {
-			// First in the queue, and the same read shows our own entry.
-			// Hand the own-entry watch, created before that read, to
-			// WatchLoss: the new leader need not watch and read again.
-			s.handOver(ow)
-			ow = nil
+			// First in the queue, and the same read shows our own entry,
+			// read after the own-entry watch existed: WatchLoss can rely on
+			// that watch without reading again.
+			s.prove(ow, t)
 			return nil
 		}
-		switch err := s.waitDelete(wctx, ctx, pred, rev, ownCh); {
+		switch err := s.waitDelete(wctx, ctx, t, pred, verified, rev, ow); {
 		case errors.Is(err, errOwnGone):
 			return s.lost(ctx, t)
 		case errors.Is(err, errOwnWatch):
-			ow.cancel()
+			s.dropOwnWatch(t.Name, ow)
 			ow = nil
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
@@ -200,8 +199,11 @@ var (
 // revision (a synced watcher, delivered at once), and pred is re-read after
 // the watch exists, so a delete in between is not missed. It returns nil
 // when pred is gone or on a transient failure (the caller re-reads),
-// errOwnGone when our own entry was deleted.
-func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, readRev int64, ownCh clientv3.WatchChan) error {
+// errOwnGone when t's entry was deleted, errOwnWatch when the own-entry
+// watch failed. An unverified pred (read keys-only) that is still there a
+// TTL later has its lease checked once; one without its lease is no entry,
+// and the caller re-reads the queue with leases.
+func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, verified bool, readRev int64, ow *ownWatch) error {
 	pctx, cancel := context.WithCancel(wctx)
 	defer cancel()
 	pch := s.cli.Watch(pctx, string(pred.Key), clientv3.WithCreatedNotify())
@@ -227,6 +229,12 @@ func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, r
 			return nil
 		}
 	}
+	var verify <-chan time.Time
+	if !verified {
+		vt := time.NewTimer(s.opts.TTL)
+		defer vt.Stop()
+		verify = vt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -241,67 +249,90 @@ func (s *session) waitDelete(wctx, ctx context.Context, pred *mvccpb.KeyValue, r
 					return nil
 				}
 			}
-		case wr, ok := <-ownCh:
+		case wr, ok := <-ow.ch:
 			if !ok || wr.Err() != nil {
 				return errOwnWatch
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
+				if lostBy(ev, t.Token) {
 					return errOwnGone
 				}
+			}
+		case <-verify:
+			verify = nil
+			g, err := s.cli.Get(ctx, string(pred.Key))
+			if err != nil {
+				pause(ctx)
+				return err
+			}
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
+				return nil // gone meanwhile
+			}
+			if !isEntry(t.Key, g.Kvs[0]) {
+				s.skip(g.Kvs[0])
+				return nil
 			}
 		}
 	}
 }
 
-// WatchLoss waits until t's entry is deleted or replaced.
-func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
-	if w := s.takeOver(t); w != nil {
-		// WaitHead's last read, made after this watch existed, showed the
-		// entry: every later change is in the channel.
-		err := awaitLoss(ctx, w.ch, t)
-		w.cancel()
-		if err != nil {
-			return s.lost(ctx, t)
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+// lostBy reports whether ev, from the watch on a session's entry name,
+// ends the entry created at revision token: a delete after it, or a put of
+// a newer entry. Events of the session's earlier entries under the same
+// name (a resigned term's delete, its put) are older and do not count.
+func lostBy(ev *clientv3.Event, token uint64) bool {
+	if ev.Type == clientv3.EventTypeDelete {
+		return uint64(ev.Kv.ModRevision) > token
 	}
+	return uint64(ev.Kv.CreateRevision) > token
+}
+
+// WatchLoss waits until t's entry is deleted or replaced. It reads from the
+// session's watch on the entry's name; when that is the watch WaitHead's
+// last read came after, it need not read again.
+func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 	for {
 		if ctx.Err() != nil { // resigned before the watcher got here
 			return ctx.Err()
 		}
-		if s.watchLossOnce(ctx, t) {
-			return s.lost(ctx, t)
+		w, err := s.ownWatch(ctx, t.Name)
+		if err != nil {
+			if !pause(ctx) {
+				return ctx.Err()
+			}
+			continue
 		}
-		if ctx.Err() != nil || !pause(ctx) {
+		if !s.provenBy(w, t) {
+			// A newer watch: every change after its creation is in it, and
+			// this read shows whether the entry outlived the old one.
+			g, err := s.cli.Get(ctx, t.Name, clientv3.WithKeysOnly())
+			if err != nil {
+				if !pause(ctx) {
+					return ctx.Err()
+				}
+				continue
+			}
+			if len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token {
+				return s.lost(ctx, t)
+			}
+			s.prove(w, t)
+		}
+		switch err := awaitLoss(ctx, w.ch, t); {
+		case errors.Is(err, errOwnGone):
+			return s.lost(ctx, t)
+		case errors.Is(err, errOwnWatch):
+			s.dropOwnWatch(t.Name, w)
+			if !pause(ctx) {
+				return ctx.Err()
+			}
+		default:
 			return ctx.Err()
 		}
 	}
 }
 
-// watchLossOnce watches t's entry until it is lost (true) or the watch fails
-// or ctx ends (false). The watch ends with it.
-func (s *session) watchLossOnce(ctx context.Context, t election.Ticket) bool {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := s.cli.Watch(wctx, t.Name, clientv3.WithCreatedNotify())
-	if err := awaitCreated(ctx, wch); err != nil {
-		return false
-	}
-	g, err := s.cli.Get(ctx, t.Name, clientv3.WithKeysOnly())
-	if err != nil {
-		return false
-	}
-	if len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token {
-		return true
-	}
-	return awaitLoss(ctx, wch, t) != nil
-}
-
-// awaitLoss returns errOwnGone when t's entry is deleted or recreated, nil
-// when the watch fails (transient), ctx.Err() never (the caller checks).
+// awaitLoss returns errOwnGone when t's entry is deleted or replaced,
+// errOwnWatch when the watch fails, nil when ctx ends.
 func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket) error {
 	for {
 		select {
@@ -309,10 +340,10 @@ func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket) e
 			return nil
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
-				return nil
+				return errOwnWatch
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete || uint64(ev.Kv.CreateRevision) != t.Token {
+				if lostBy(ev, t.Token) {
 					return errOwnGone
 				}
 			}
@@ -320,52 +351,96 @@ func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket) e
 	}
 }
 
-// ownWatch is a watch on a candidate's own entry. It lives with the
-// session, not with the call that made it, so that WaitHead can hand it to
-// WatchLoss.
+// ownWatch is the session's watch on one of its entry names,
+// "<key>/<lease>". Every campaign of the session on that key uses the same
+// name, so one watch, created once, serves them all (each skips the events
+// of the entries before its own, see lostBy): a candidate that campaigns
+// again costs the server no new watch. Its consumers take turns (an
+// Elector's campaigns and terms do not overlap). It lives until it fails
+// or the session ends.
 type ownWatch struct {
-	name   string
-	token  uint64
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc
 }
 
-func (s *session) watchOwn(t election.Ticket) *ownWatch {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
-	return &ownWatch{name: t.Name, token: t.Token, ch: s.cli.Watch(ctx, t.Name, clientv3.WithCreatedNotify()), cancel: cancel}
+// ownWatch returns the session's live watch on name, creating it (and
+// waiting for the server to acknowledge it) on first use.
+func (s *session) ownWatch(ctx context.Context, name string) (*ownWatch, error) {
+	s.ownMu.Lock()
+	w := s.owns[name]
+	s.ownMu.Unlock()
+	if w != nil {
+		return w, nil
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+	ch := s.cli.Watch(wctx, name, clientv3.WithCreatedNotify())
+	if err := awaitCreated(ctx, ch); err != nil {
+		cancel()
+		return nil, err
+	}
+	w = &ownWatch{ch: ch, cancel: cancel}
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if old := s.owns[name]; old != nil { // created meanwhile by another call
+		cancel()
+		return old, nil
+	}
+	if s.owns == nil {
+		s.owns = map[string]*ownWatch{}
+	}
+	s.owns[name] = w
+	return w, nil
 }
 
-// handOver parks w for the WatchLoss of the same ticket, replacing (and
-// cancelling) any watch parked before.
-func (s *session) handOver(w *ownWatch) {
+// dropOwnWatch cancels w, a failed watch, so that the next ownWatch makes
+// a new one.
+func (s *session) dropOwnWatch(name string, w *ownWatch) {
 	s.ownMu.Lock()
-	old := s.parked
-	s.parked = w
-	s.ownMu.Unlock()
-	if old != nil {
-		old.cancel()
+	if s.owns[name] == w {
+		delete(s.owns, name)
 	}
+	if s.proved == w {
+		s.proved = nil
+	}
+	s.ownMu.Unlock()
+	w.cancel()
 }
 
-// takeOver returns the watch parked for t, if any; a watch parked for
-// another ticket is cancelled.
-func (s *session) takeOver(t election.Ticket) *ownWatch {
+// prove records that a read made after w existed showed t's entry.
+func (s *session) prove(w *ownWatch, t election.Ticket) {
 	s.ownMu.Lock()
-	w := s.parked
-	s.parked = nil
+	s.proved, s.proven = w, t.Token
 	s.ownMu.Unlock()
-	if w != nil && (w.name != t.Name || w.token != t.Token) {
-		w.cancel()
-		return nil
+}
+
+// provenBy reports whether a read made after w existed showed t's entry.
+func (s *session) provenBy(w *ownWatch, t election.Ticket) bool {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	return s.proved == w && s.proven == t.Token
+}
+
+// skip records kv, a key under an election prefix that looks like an entry
+// but is not attached to its lease, so that reads list around it.
+func (s *session) skip(kv *mvccpb.KeyValue) {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if s.foreign == nil {
+		s.foreign = map[string]int64{}
 	}
-	return w
+	s.foreign[string(kv.Key)] = kv.CreateRevision
+}
+
+// skipped reports whether kv was recorded by skip.
+func (s *session) skipped(kv *mvccpb.KeyValue) bool {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	rev, ok := s.foreign[string(kv.Key)]
+	return ok && rev == kv.CreateRevision
 }
 
 // Dequeue deletes t's entry if its create revision is still t's.
 func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
-	if w := s.takeOver(t); w != nil {
-		w.cancel() // the entry goes; nobody will watch it
-	}
 	_, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.Name), "=", int64(t.Token))).
 		Then(clientv3.OpDelete(t.Name)).

@@ -62,7 +62,13 @@ type session struct {
 	election.SessionSignals
 
 	ownMu  sync.Mutex
-	parked *ownWatch // handed from WaitHead to WatchLoss
+	owns   map[string]*ownWatch // by entry name, kept across campaigns
+	proved *ownWatch            // the watch WaitHead's last read came after
+	proven uint64               // the ticket that read showed
+	// foreign are keys that look like entries but are not attached to
+	// their lease (another client's data), by name, with their create
+	// revision.
+	foreign map[string]int64
 
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
