@@ -140,4 +140,3 @@ func (g *Guard) CheckTerm(resource string, t tenure.Term) error {
 	}
 	return g.Check(resource, t.Token)
 }
-

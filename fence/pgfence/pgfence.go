@@ -113,4 +113,3 @@ func (f Fence) DoTerm(ctx context.Context, db Beginner, resource string, term te
 	}
 	return f.Do(ctx, db, resource, term.Token, write)
 }
-
