@@ -46,6 +46,8 @@ fi
 
 step "modules"
 go mod download
+# etcdctl, for the benchmarks against `etcdctl lock` (its own tools module).
+(cd test/testdata/etcdctl && go mod download)
 
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -28,15 +29,19 @@ type contender interface {
 	close(ctx context.Context) error
 }
 
-// impl builds the contender with index i for key on cli.
+// impl builds the contender with index i for key on cli (nil for
+// contenders that are separate processes, proc).
 type impl struct {
 	name string
 	new  func(cli *clientv3.Client, key string, i int) (contender, error)
+	proc bool
 }
 
 var impls = []impl{
-	{"tenure", newTenure},
-	{"etcd-concurrency", newRaw},
+	{name: "tenure", new: newTenure},
+	{name: "etcd-election", new: newRaw},
+	{name: "etcd-mutex", new: newRawMutex},
+	{name: "etcdctl-lock", new: newEtcdctl, proc: true},
 }
 
 // tenureContender campaigns with tenure's election.Elector on the etcd
@@ -77,6 +82,24 @@ func (c *rawContender) campaign(ctx context.Context) error { return c.el.Campaig
 func (c *rawContender) resign(ctx context.Context) error   { return c.el.Resign(ctx) }
 func (c *rawContender) close(context.Context) error        { return c.sess.Close() } // revokes the lease
 
+// rawMutex locks with go.etcd.io/etcd/client/v3/concurrency.Mutex.
+type rawMutex struct {
+	sess *concurrency.Session
+	m    *concurrency.Mutex
+}
+
+func newRawMutex(cli *clientv3.Client, key string, _ int) (contender, error) {
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		return nil, err
+	}
+	return &rawMutex{sess: sess, m: concurrency.NewMutex(sess, key)}, nil
+}
+
+func (c *rawMutex) campaign(ctx context.Context) error { return c.m.Lock(ctx) }
+func (c *rawMutex) resign(ctx context.Context) error   { return c.m.Unlock(ctx) }
+func (c *rawMutex) close(context.Context) error        { return c.sess.Close() }
+
 func newClient() (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 }
@@ -97,12 +120,26 @@ var keySeq atomic.Int64
 // 1e9 / handoffs/s (it includes nothing but the handoffs and the trivial
 // bookkeeping between them).
 //
-// Both implementations run on the same embedded etcd server, back to back
-// for each N.
+// Implementations: tenure (etcdelect + election.Elector), etcd's own
+// concurrency.Election and concurrency.Mutex, and `etcdctl lock` (one
+// etcdctl process per acquisition, see etcdctl_test.go).
+//
+// Cost metrics: etcd-reqs/handoff is the requests the server received
+// during the timed handoffs (unary calls plus watch-stream messages; lease
+// keep-alives left out) per handoff; heap-KB/candidate and
+// goroutines/candidate are what each idle candidate adds to this process
+// (client, session and the server's state for it included), rss-KB/candidate
+// the resident set of each etcdctl process.
+//
+// All implementations run on the same embedded etcd server, back to back
+// for each N (-bench.contenders).
 func BenchmarkHandoff(b *testing.B) {
-	for _, n := range []int{2, 10, 100} {
+	for _, n := range contenderCounts(b) {
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("impl=%s/contenders=%d", im.name, n), func(b *testing.B) {
+				if probeRun(b) {
+					return
+				}
 				benchHandoff(b, im, n)
 			})
 		}
@@ -116,7 +153,8 @@ type handoffState struct {
 	haveRelease bool
 	lats        []time.Duration
 	handoffs    int
-	first, last time.Time // first release, last acquisition
+	first, last time.Time     // first release, last acquisition
+	held        time.Duration // untimed holds (handoffLoop.hold) between first and last
 
 	holders  atomic.Int32  // contenders between Campaign's return and Resign: must stay ≤ 1
 	acquired chan struct{} // closed and replaced at every acquisition (guarded by mu)
@@ -124,8 +162,17 @@ type handoffState struct {
 
 func benchHandoff(b *testing.B, im impl, n int) {
 	key := fmt.Sprintf("/tenure-bench/handoff/%s/%d/%d", im.name, n, keySeq.Add(1))
+	count := timedCount(b, n)
+	if im.proc {
+		if _, err := etcdctlBinary(); err != nil {
+			b.Skip(err)
+		}
+		if n > maxEtcdctlContenders {
+			b.Skipf("not feasible: %d etcdctl processes (one per contender, ~%d MB resident each) on this machine; measured up to %d", n, etcdctlRSSMB, maxEtcdctlContenders)
+		}
+	}
 	// Bound the run: a stuck queue fails the benchmark instead of hanging.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(b.N)*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(n)*50*time.Millisecond+time.Duration(count)*time.Second)
 	defer cancel()
 
 	admin, err := newClient()
@@ -140,44 +187,99 @@ func benchHandoff(b *testing.B, im impl, n int) {
 		// Close contenders (revoking their leases) and then their clients,
 		// in parallel: with 100 contenders this is otherwise slow.
 		var wg sync.WaitGroup
-		for i := range clis {
+		for i := range max(len(clis), len(cons)) {
 			wg.Go(func() {
-				if i < len(cons) {
+				if i < len(cons) && cons[i] != nil {
 					cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 					if err := cons[i].close(cctx); err != nil {
 						b.Errorf("close contender %d: %v", i, err)
 					}
 					ccancel()
 				}
-				clis[i].Close()
+				if i < len(clis) && clis[i] != nil {
+					clis[i].Close()
+				}
 			})
 		}
 		wg.Wait()
 	}()
-	for i := range n {
-		cli, err := newClient()
-		if err != nil {
+	var mem memCost
+	mem.mark(n)
+	if im.proc {
+		// Nothing to create up front: each campaign starts a process.
+		for i := range n {
+			c, err := im.new(nil, key, i)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cons = append(cons, c)
+		}
+	} else {
+		// Clients and sessions in parallel (a few at a time): at 1,000
+		// contenders one after the other is slow.
+		clis = make([]*clientv3.Client, n)
+		cons = make([]contender, n)
+		errs := make([]error, n)
+		sem := make(chan struct{}, 16)
+		var wg sync.WaitGroup
+		for i := range n {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				cli, err := newClient()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				clis[i] = cli
+				cons[i], errs[i] = im.new(cli, key, i)
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			b.Fatal(err)
 		}
-		clis = append(clis, cli)
-		c, err := im.new(cli, key, i)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cons = append(cons, c)
 	}
 
-	handoffLoop{
-		cons: cons,
-		queued: func() (int, error) {
-			r, err := admin.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-			if err != nil {
-				return 0, err
+	countQueue := func(ctx context.Context) (int, error) {
+		r, err := admin.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		return int(r.Count), nil
+	}
+	var polls atomic.Int64
+	reqs := serverRequests{read: etcdServerRequests, byKind: etcdRequestsByMethod, unit: "etcd-reqs/handoff", n: count,
+		extra: func() float64 { return float64(polls.Load()) }}
+	loop := handoffLoop{
+		cons:   cons,
+		count:  count,
+		queued: func() (int, error) { return countQueue(ctx) },
+		dump:   func(state []atomic.Int32) string { return dumpQueue(admin, key, state) },
+		queuedHook: func() []metric {
+			if im.proc {
+				return procRSS(cons)
 			}
-			return int(r.Count), nil
+			return mem.measure()
 		},
-		dump: func(state []atomic.Int32) string { return dumpQueue(admin, key, state) },
-	}.run(b, ctx, cancel)
+		begin: func(b *testing.B) { polls.Store(0); reqs.begin(b) },
+		end:   reqs.report,
+	}
+	if im.proc && n > 1 {
+		// A releaser re-queues by starting a new etcdctl: hold until
+		// someone else waits, so that no handoff times a process start.
+		loop.holdUntil = func(ctx context.Context) error {
+			for {
+				polls.Add(1)
+				q, err := countQueue(ctx)
+				if err != nil || q >= 2 {
+					return err
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	loop.run(b, ctx, cancel)
 }
 
 // stallTimeout fails a run in which no handoff happens for this long: far

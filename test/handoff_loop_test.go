@@ -14,7 +14,11 @@ import (
 // reports every contender queued and warm untimed handoffs have passed;
 // b.N handoffs are timed. It fails the benchmark on two holders at once and
 // on a stall (no handoff for stallTimeout), printing dump's description.
-// begin and end, when set, run just inside the timed part.
+// begin and end, when set, run just inside the timed part; queuedHook
+// runs once every contender is queued, before the first release (the cost
+// measurements: heap and goroutines per idle candidate). count, when
+// positive, is the number of timed handoffs instead of b.N (the 1,000
+// contender runs time fewer).
 //
 // yield makes a releaser wait until another contender holds before it
 // campaigns again, and hold makes each holder keep the lock that long
@@ -22,20 +26,33 @@ import (
 // without yield the releaser, awake and first to ask, mostly takes its own
 // lock back, and without hold the yielder's first try finds the lock free
 // again, so the loop would time the harness instead of the lock's own wait.
+// holdUntil, when set, makes each holder wait (untimed) until it returns
+// before it releases: the contenders that are separate processes
+// (etcdctl lock) need it, since a releaser re-queues by starting a new
+// process, which takes longer than a handoff. The untimed holds are left
+// out of handoffs/s, which is the timed handoffs over the wall time between
+// the first timed release and the last acquisition less those holds.
 type handoffLoop struct {
-	cons   []contender
-	warm   int
-	queued func() (int, error)
-	dump   func(state []atomic.Int32) string
-	begin  func(b *testing.B)
-	end    func(b *testing.B)
-	yield  bool
-	hold   time.Duration
+	cons       []contender
+	warm       int
+	count      int
+	queued     func() (int, error)
+	dump       func(state []atomic.Int32) string
+	queuedHook func() []metric
+	begin      func(b *testing.B)
+	end        func(b *testing.B)
+	yield      bool
+	hold       time.Duration
+	holdUntil  func(ctx context.Context) error
 }
 
 func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.CancelFunc) {
 	n, warm, cons := len(h.cons), h.warm, h.cons
-	st := &handoffState{lats: make([]time.Duration, 0, b.N), acquired: make(chan struct{})}
+	count := b.N
+	if h.count > 0 {
+		count = h.count
+	}
+	st := &handoffState{lats: make([]time.Duration, 0, count), acquired: make(chan struct{})}
 	start := make(chan struct{})    // closed when every contender is queued
 	warmed := make(chan struct{})   // closed after the warm-up handoffs
 	finished := make(chan struct{}) // closed after the last timed handoff
@@ -81,15 +98,29 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 				if st.handoffs == warm {
 					warmOnce.Do(func() { close(warmed) })
 				}
-				if st.handoffs >= warm+b.N {
+				if st.handoffs >= warm+count {
 					st.mu.Unlock()
 					finish() // keep the key: nobody else may win after this
 					return
 				}
-				if h.hold > 0 {
+				if h.hold > 0 || h.holdUntil != nil {
 					st.mu.Unlock()
+					t0 := time.Now()
 					time.Sleep(h.hold) // the yielder goes back to waiting
+					if h.holdUntil != nil {
+						if err := h.holdUntil(ctx); err != nil {
+							if ctx.Err() == nil {
+								b.Errorf("contender %d: hold: %v", i, err)
+								cancel()
+							}
+							return
+						}
+					}
+					held := time.Since(t0)
 					st.mu.Lock()
+					if st.handoffs > warm { // inside the timed window
+						st.held += held
+					}
 				}
 				st.holders.Add(-1)
 				st.release, st.haveRelease = time.Now(), true
@@ -130,6 +161,10 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	var costs []metric
+	if h.queuedHook != nil {
+		costs = h.queuedHook()
+	}
 	close(start)
 	if !awaitFinished(ctx, st, warmed) {
 		b.Errorf("warm-up stopped after %d of %d handoffs (stall limit %v, ctx: %v):\n%s", st.count(), warm, stallTimeout, ctx.Err(), h.dump(state))
@@ -143,7 +178,7 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 	b.ResetTimer()
 	if !awaitFinished(ctx, st, finished) {
 		b.StopTimer()
-		b.Errorf("run stopped after %d of %d handoffs (stall limit %v, ctx: %v):\n%s", st.count()-warm, b.N, stallTimeout, ctx.Err(), h.dump(state))
+		b.Errorf("run stopped after %d of %d handoffs (stall limit %v, ctx: %v):\n%s", st.count()-warm, count, stallTimeout, ctx.Err(), h.dump(state))
 		cancel()
 		wg.Wait()
 		return
@@ -152,6 +187,8 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 	if h.end != nil {
 		h.end(b)
 	}
+	// Now: ResetTimer drops the metrics reported before it.
+	reportMetrics(b, costs)
 	cancel() // release the waiters still campaigning
 	wg.Wait()
 	if b.Failed() {
@@ -160,8 +197,8 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if len(st.lats) != b.N {
-		b.Fatalf("recorded %d handoffs, want %d", len(st.lats), b.N)
+	if len(st.lats) != count {
+		b.Fatalf("recorded %d handoffs, want %d", len(st.lats), count)
 	}
-	reportLatencies(b, st.lats, st.last.Sub(st.first))
+	reportLatencies(b, st.lats, st.last.Sub(st.first)-st.held)
 }

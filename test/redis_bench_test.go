@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,9 +149,12 @@ func (c *countingContender) campaign(ctx context.Context) error {
 // tenure wakes waiters by a PUBLISH on release; redsync and bsm/redislock
 // poll.
 func BenchmarkRedisHandoff(b *testing.B) {
-	for _, n := range []int{2, 10} {
+	for _, n := range contenderCounts(b) {
 		for _, im := range redisImpls {
 			b.Run(fmt.Sprintf("impl=%s/contenders=%d", im.name, n), func(b *testing.B) {
+				if probeRun(b) {
+					return
+				}
 				benchRedisHandoff(b, im, n)
 			})
 		}
@@ -159,7 +163,8 @@ func BenchmarkRedisHandoff(b *testing.B) {
 
 func benchRedisHandoff(b *testing.B, im redisImpl, n int) {
 	key := fmt.Sprintf("tenure-bench:%s:%d:%d", im.name, n, keySeq.Add(1))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(b.N)*time.Second)
+	count := timedCount(b, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(n)*20*time.Millisecond+time.Duration(count)*time.Second)
 	defer cancel()
 	admin := newRedisClient()
 	defer admin.Close()
@@ -188,6 +193,8 @@ func benchRedisHandoff(b *testing.B, im redisImpl, n int) {
 			b.Errorf("lock key %s left behind (%d, %v)", key, n, err)
 		}
 	}()
+	var mem memCost
+	mem.mark(n)
 	for i := range n {
 		c := newRedisClient()
 		clients = append(clients, c)
@@ -197,15 +204,22 @@ func benchRedisHandoff(b *testing.B, im redisImpl, n int) {
 		}
 		cons = append(cons, &countingContender{contender: con, entered: &entered})
 	}
+	reqs := serverRequests{read: func() (float64, error) { return redisCommands(admin) }, unit: "redis-cmds/handoff", n: count,
+		byKind: func() (map[string]float64, error) { return redisCommandsBy(admin) }}
 	handoffLoop{
-		cons:  cons,
-		yield: true,
-		hold:  5 * time.Millisecond,
+		cons:       cons,
+		count:      count,
+		yield:      true,
+		hold:       5 * time.Millisecond,
+		queuedHook: mem.measure,
+		begin:      reqs.begin,
+		end:        reqs.report,
 		queued: func() (int, error) {
 			if int(entered.Load()) < n {
 				return 0, nil
 			}
-			time.Sleep(20 * time.Millisecond) // let the last ones reach their wait
+			// Let the last ones reach their wait.
+			time.Sleep(20*time.Millisecond + time.Duration(n)*100*time.Microsecond)
 			return n, nil
 		},
 		dump: func(state []atomic.Int32) string {
@@ -218,4 +232,43 @@ func benchRedisHandoff(b *testing.B, im redisImpl, n int) {
 			return sb.String()
 		},
 	}.run(b, ctx, cancel)
+}
+
+// redisCommands returns the commands the redis-server has processed (the
+// sum of INFO commandstats' calls, less the INFO calls themselves).
+func redisCommands(admin *redis.Client) (float64, error) {
+	by, err := redisCommandsBy(admin)
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, v := range by {
+		total += v
+	}
+	return total, nil
+}
+
+// redisCommandsBy is redisCommands by command.
+func redisCommandsBy(admin *redis.Client) (map[string]float64, error) {
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]float64{}
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		for f := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				c, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, fmt.Errorf("commandstats %q: %w", line, err)
+				}
+				by[strings.TrimPrefix(name, "cmdstat_")] += c
+			}
+		}
+	}
+	return by, nil
 }

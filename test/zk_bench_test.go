@@ -39,6 +39,10 @@ const zkSessionTimeout = 10 * time.Second
 // gets the same warm-up, so that all are measured in the same steady state.
 var zkWarmup = flag.Int("zkbench.warmup", 300, "untimed handoffs before the timed ones in BenchmarkZKHandoff")
 
+// maxDriverContenders is the most contenders a driver (Curator, kazoo) runs
+// with; larger runs are skipped, saying so.
+var maxDriverContenders = 1000
+
 // zkImpl is one lock implementation on ZooKeeper. In-process ones build
 // contenders (each on its own connection and session, as a separate
 // process would be); the others are a driver program that runs the
@@ -250,9 +254,12 @@ func BenchmarkZKHandoff(b *testing.B) {
 	if err := warmZKServer(); err != nil {
 		b.Fatal(err)
 	}
-	for _, n := range []int{2, 10, 100} {
+	for _, n := range contenderCounts(b) {
 		for _, im := range zkImpls {
 			b.Run(fmt.Sprintf("impl=%s/contenders=%d", im.name, n), func(b *testing.B) {
+				if probeRun(b) {
+					return
+				}
 				if im.new != nil {
 					benchZKInProcess(b, im, n)
 				} else {
@@ -385,7 +392,7 @@ func zkReceived() (int64, error) {
 
 // zkRequests counts the server's received requests over the timed part
 // of a run.
-type zkRequests struct{ start int64 }
+type zkRequests struct{ start, n int64 }
 
 func (r *zkRequests) begin(b *testing.B) {
 	n, err := zkReceived()
@@ -400,7 +407,7 @@ func (r *zkRequests) report(b *testing.B) {
 	if err != nil {
 		b.Fatalf("srvr: %v", err)
 	}
-	b.ReportMetric(float64(n-r.start)/float64(b.N), "zk-reqs/handoff")
+	b.ReportMetric(float64(n-r.start)/float64(r.n), "zk-reqs/handoff")
 }
 
 func reportLatencies(b *testing.B, lats []time.Duration, elapsed time.Duration) {
@@ -409,15 +416,16 @@ func reportLatencies(b *testing.B, lats []time.Duration, elapsed time.Duration) 
 	b.ReportMetric(ms(nearestRank(lats, 50)), "p50-ms")
 	b.ReportMetric(ms(nearestRank(lats, 99)), "p99-ms")
 	b.ReportMetric(float64(len(lats))/elapsed.Seconds(), "handoffs/s")
+	b.ReportMetric(float64(len(lats)), "handoffs")
 }
 
 // benchZKInProcess runs the handoff loop of benchHandoff on ZooKeeper
 // contenders of this process.
 func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 	key := zkBenchKey(im.name, n)
-	warm := *zkWarmup
+	warm, count := warmCount(*zkWarmup, n), timedCount(b, n)
 	// Bound the run: a stuck queue fails the benchmark instead of hanging.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(warm+b.N)*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(n)*50*time.Millisecond+time.Duration(warm+count)*time.Second)
 	defer cancel()
 
 	admin, err := zkConnect(ctx)
@@ -443,22 +451,39 @@ func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 		}
 		wg.Wait()
 	}()
+	var mem memCost
+	mem.mark(n)
+	made := make([]contender, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
 	for i := range n {
-		c, err := im.new(ctx, key, i)
-		if err != nil {
-			b.Fatal(err)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			made[i], errs[i] = im.new(ctx, key, i)
+		})
+	}
+	wg.Wait()
+	for _, c := range made {
+		if c != nil {
+			cons = append(cons, c)
 		}
-		cons = append(cons, c)
+	}
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
 	}
 
-	var reqs zkRequests
+	reqs := zkRequests{n: int64(count)}
 	handoffLoop{
-		cons:   cons,
-		warm:   warm,
-		queued: func() (int, error) { c, _, err := admin.Children(key); return len(c), err },
-		dump:   func(state []atomic.Int32) string { return dumpZKQueue(admin, key, state) },
-		begin:  reqs.begin,
-		end:    reqs.report,
+		cons:       cons,
+		warm:       warm,
+		count:      count,
+		queued:     func() (int, error) { c, _, err := admin.Children(key); return len(c), err },
+		dump:       func(state []atomic.Int32) string { return dumpZKQueue(admin, key, state) },
+		queuedHook: mem.measure,
+		begin:      reqs.begin,
+		end:        reqs.report,
 	}.run(b, ctx, cancel)
 }
 
@@ -562,12 +587,15 @@ func (r *driverRun) read(stdout io.Reader, st *handoffState, warm int, cancel co
 // measured.
 func benchZKDriver(b *testing.B, im zkImpl, n int) {
 	key := zkBenchKey(im.name, n)
-	warm := *zkWarmup
-	argv, err := im.command(key, n, warm, b.N)
+	warm, count := warmCount(*zkWarmup, n), timedCount(b, n)
+	if n > maxDriverContenders {
+		b.Skipf("not feasible: %s with %d clients in one driver process (each client brings its own I/O and event threads); measured up to %d", im.name, n, maxDriverContenders)
+	}
+	argv, err := im.command(key, n, warm, count)
 	if err != nil {
 		b.Skip(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(warm+b.N)*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second+time.Duration(n)*100*time.Millisecond+time.Duration(warm+count)*time.Second)
 	defer cancel()
 
 	admin, err := zkConnect(ctx)
@@ -602,8 +630,8 @@ func benchZKDriver(b *testing.B, im zkImpl, n int) {
 		stdin.Close()
 		select {
 		case <-r.done:
-		case <-time.After(20 * time.Second):
-			b.Errorf("%s driver still running 20 s after stdin closed: killing it", im.name)
+		case <-time.After(20*time.Second + time.Duration(n)*50*time.Millisecond):
+			b.Errorf("%s driver still running %v after stdin closed: killing it", im.name, 20*time.Second+time.Duration(n)*50*time.Millisecond)
 			cmd.Process.Kill()
 			<-r.done
 		}
@@ -630,11 +658,12 @@ func benchZKDriver(b *testing.B, im zkImpl, n int) {
 	if !awaitFinished(ctx, st, r.started) {
 		fail("warm-up stopped after %d of %d handoffs (stall limit %v, ctx: %v)", st.count()+warm, warm, stallTimeout, ctx.Err())
 	}
-	var reqs zkRequests
+	rss := rssKB(cmd.Process.Pid) / float64(n)
+	reqs := zkRequests{n: int64(count)}
 	reqs.begin(b)
 	b.ResetTimer()
 	if !awaitFinished(ctx, st, r.finished) {
-		fail("run stopped after %d of %d handoffs (stall limit %v, ctx: %v)", st.count(), b.N, stallTimeout, ctx.Err())
+		fail("run stopped after %d of %d handoffs (stall limit %v, ctx: %v)", st.count(), count, stallTimeout, ctx.Err())
 	}
 	b.StopTimer()
 	reqs.report(b)
@@ -643,14 +672,15 @@ func benchZKDriver(b *testing.B, im zkImpl, n int) {
 	// latencies.
 	select {
 	case <-r.done:
-	case <-time.After(60 * time.Second):
-		fail("no clean end 60 s after the last handoff")
+	case <-time.After(60*time.Second + time.Duration(n)*100*time.Millisecond):
+		fail("no clean end %v after the last handoff", 60*time.Second+time.Duration(n)*100*time.Millisecond)
 	}
 	if err := wait(); err != nil || !r.ok || len(r.errs) > 0 || len(r.bad) > 0 {
 		b.Fatalf("%s driver: exit %v, ok line %v, errors %q, unexpected lines %q; stderr:\n%s", im.name, err, r.ok, r.errs, r.bad, stderr.Bytes())
 	}
-	if len(r.lats) != b.N {
-		b.Fatalf("%s driver reported %d handoffs, want %d", im.name, len(r.lats), b.N)
+	if len(r.lats) != count {
+		b.Fatalf("%s driver reported %d handoffs, want %d", im.name, len(r.lats), count)
 	}
 	reportLatencies(b, r.lats, r.elapsed)
+	b.ReportMetric(rss, "rss-KB/candidate")
 }

@@ -218,9 +218,8 @@ public class CuratorHandoff {
                     fail(t.getName() + " still running 10 s after the interrupt");
                 }
             }
-            for (CuratorFramework c : clients) {
-                c.close();
-            }
+            // In parallel: one after the other, 1,000 clients take minutes.
+            clients.parallelStream().forEach(CuratorFramework::close);
             admin.close();
         }
         if (failure.get() != null) {
