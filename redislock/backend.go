@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -30,9 +31,12 @@ type Options struct {
 	// Redlock does. It is subtracted from every validity time. Default:
 	// 0.01.
 	DriftFactor float64
-	// PollInterval bounds how long a waiter waits without a release message
-	// before it tries again (messages can be lost when a connection drops;
-	// keys that expire publish nothing). Default: 500 ms.
+	// PollInterval is how often Observe re-reads the leader without a
+	// message (keys that expire publish nothing), and how long a waiter
+	// waits before trying again when the key is held without an expiry
+	// (not tenure's) or the masters did not answer. (A waiter behind a
+	// tenure holder tries again when the holder's key would expire, unless
+	// a release wakes it first.) Default: 500 ms.
 	PollInterval time.Duration
 	// ChannelPrefix prefixes the pub/sub channel of a key. Default:
 	// "tenure:".
@@ -235,12 +239,19 @@ const fenceSuffix = ":fence"
 
 func (b *Backend) channel(key string) string { return b.opts.ChannelPrefix + key }
 
+const waitingSuffix = ":waiting"
+
 // The scripts. A lock's value is "<random> <token> <identity>"; the random
-// part (ARGV[1]) identifies one acquisition.
+// part (ARGV[1]) identifies one acquisition. "<key>:waiting" is a sorted
+// set of the candidates waiting for the key (by their random part), scored
+// by the server time, in ms, until which each is known to live; a release
+// wakes one of them, so that a handoff costs a few commands however many
+// wait (waking all of them made every waiter run the acquire script).
 var (
-	// KEYS: lock, counter. ARGV: random, identity, ttl ms, channel.
-	// Returns {1, token} when the lock is (now or already) the caller's,
-	// {0, pttl} when someone else holds it.
+	// KEYS: lock, counter, waiting. ARGV: random, identity, ttl ms,
+	// channel, waiting member ("<session> <random>"). Returns {1, token}
+	// when the lock is (now or already) the caller's, {0, pttl} when
+	// someone else holds it; then the caller is registered as waiting.
 	acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 local p = ARGV[1] .. ' '
@@ -251,20 +262,41 @@ if v then
     local sp = string.find(rest, ' ', 1, true)
     return {1, string.sub(rest, 1, sp - 1)}
   end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[5])
+  redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
   return {0, redis.call('PTTL', KEYS[1])}
 end
+redis.call('ZREM', KEYS[3], ARGV[5])
 redis.call('INCR', KEYS[2])
 local tok = redis.call('GET', KEYS[2])
 redis.call('SET', KEYS[1], p .. tok .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3])
 redis.call('PUBLISH', ARGV[4], 'acquired')
 return {1, tok}
 `)
-	// KEYS: lock. ARGV: random, channel. Deletes only the caller's lock.
+	// KEYS: lock, waiting. ARGV: random, channel, waiting member. Deletes
+	// the lock only if it is the caller's, and the caller's waiting entry.
+	// After a delete it drops the waiters not heard from within their TTL,
+	// publishes the random part of the one heard from least recently on
+	// that waiter's session channel ("<channel>:<session>"), so that only
+	// it wakes, and "released" on the key's channel, for observers.
 	releaseScript = redis.NewScript(`
+redis.call('ZREM', KEYS[2], ARGV[3])
 local v = redis.call('GET', KEYS[1])
 local p = ARGV[1] .. ' '
 if v and string.sub(v, 1, #p) == p then
   redis.call('DEL', KEYS[1])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  local next = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if next[1] then
+    local sp = string.find(next[1], ' ', 1, true)
+    if sp then
+      redis.call('PUBLISH', ARGV[2] .. ':' .. string.sub(next[1], 1, sp - 1), string.sub(next[1], sp + 1))
+    end
+  end
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1
 end
@@ -278,6 +310,17 @@ if v and string.sub(v, 1, #p) == p then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
+`)
+	// KEYS: waiting. ARGV: waiting member, ttl ms. Renews a waiting entry
+	// (the watchdog, for candidates that wait).
+	stillWaitingScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[2]), ARGV[1])
+if n > 0 then
+  redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
+end
+return n
 `)
 )
 
@@ -357,13 +400,17 @@ func (b *Backend) quorumErr(what string, rs []reply, ok int) error {
 }
 
 // refused reports whether a server refused the client's credentials or
-// permissions (NOAUTH, WRONGPASS, NOPERM), which no retry can fix.
+// permissions (NOAUTH, WRONGPASS, NOPERM, or an ACL refusal inside a
+// script), which no retry can fix.
 func refused(errs []error) bool {
 	for _, err := range errs {
 		var re redis.Error
 		if errors.As(err, &re) {
 			msg := re.Error()
-			if strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOPERM") {
+			if strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOPERM") ||
+				// The same refusals, raised inside a script.
+				strings.Contains(msg, "can't run this command") || strings.Contains(msg, "can't access") ||
+				strings.Contains(msg, "No permissions") {
 				return true
 			}
 		}
@@ -411,7 +458,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		return nil, err
 	}
 	s := &session{
-		b: b, ttl: opts.TTL, every: opts.RenewInterval, now: now,
+		b: b, ttl: opts.TTL, every: opts.RenewInterval, now: now, id: newRandom()[:16],
 		granted: election.Renewal{Sent: sent, TTL: opts.TTL - b.drift(opts.TTL)},
 		entries: map[string]*entry{},
 		subs:    map[string]*subscription{},
@@ -490,7 +537,7 @@ func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Lead
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	sub, err := b.subscribe(ctx, key)
+	sub, err := b.subscribe(ctx, b.channel(key))
 	if err != nil {
 		return err
 	}
@@ -513,16 +560,29 @@ func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Lead
 	}
 }
 
-// subscription listens on a key's channel on every master that answers.
+// subscription listens on a channel on every master that answers: a key's
+// channel (observers), or a session's channel for a key (waiters). Its wake
+// channel holds one pending wake-up at most. A waiter sets want to its
+// random part: then only a message naming it wakes it (one left from an
+// earlier campaign of the session does not); without want, every message
+// does.
 type subscription struct {
-	pss []*redis.PubSub
-	ch  chan struct{} // one pending wake-up at most
-	wg  sync.WaitGroup
+	pss  []*redis.PubSub
+	ch   chan struct{}
+	want atomic.Pointer[string]
+	wg   sync.WaitGroup
 }
 
-func (b *Backend) subscribe(ctx context.Context, key string) (*subscription, error) {
+func (s *subscription) wakes(payload string) bool {
+	w := s.want.Load()
+	if w == nil {
+		return true
+	}
+	return payload == *w
+}
+
+func (b *Backend) subscribe(ctx context.Context, ch string) (*subscription, error) {
 	s := &subscription{ch: make(chan struct{}, 1)}
-	ch := b.channel(key)
 	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
 		ps := c.Subscribe(ctx, ch)
 		if _, err := ps.Receive(ctx); err != nil { // the subscription is active
@@ -543,7 +603,10 @@ func (b *Backend) subscribe(ctx context.Context, key string) (*subscription, err
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			for range msgs {
+			for m := range msgs {
+				if !s.wakes(m.Payload) {
+					continue
+				}
 				select {
 				case s.ch <- struct{}{}:
 				default:

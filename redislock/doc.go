@@ -42,10 +42,15 @@
 //     when it passes without one, the holder's context is cancelled before
 //     the key can expire. An extension that finds the key gone or someone
 //     else's ends the term at once (tenure.ErrOwnershipLost).
-//   - Waiters: subscribed to the key's channel, they try again the moment a
-//     holder releases, instead of sleeping a random interval between
-//     retries; a fallback timer (the key's remaining TTL, at most
-//     Options.PollInterval) covers expired keys and lost messages.
+//   - Waiters: a candidate whose try fails is registered in the sorted set
+//     "<key>:waiting" (renewed by its watchdog, dropped when not heard from
+//     for a TTL) and listens on its session's channel for the key. A
+//     release wakes one waiter, the one heard from least recently, by a
+//     PUBLISH on that waiter's channel: a handoff costs a few commands and
+//     one message however many wait, and nobody sleeps a random interval
+//     between retries. A waiter that is not woken (a lost message, or the
+//     woken waiter died on the way) tries again when the holder's key would
+//     expire, at most a TTL later.
 //   - Redlock: given N > 1 independent masters, an acquisition needs N/2+1
 //     of them within the validity time (TTL - time spent - clock drift);
 //     otherwise it is undone on all of them, and an error names the masters

@@ -19,6 +19,7 @@ import (
 type session struct {
 	election.SessionSignals
 	b       *Backend
+	id      string // names the session's channels and waiting entries
 	ttl     time.Duration
 	every   time.Duration
 	now     func() time.Time
@@ -45,6 +46,8 @@ type entry struct {
 	heldCh  chan struct{} // closed when acquired
 	lost    chan struct{} // closed when the lock is found gone or taken
 	lostErr error
+	waiting bool          // registered in "<key>:waiting" by a failed try
+	kick    chan struct{} // the registration lapsed: try again (and register)
 }
 
 func (s *session) Granted() election.Renewal { return s.granted }
@@ -86,6 +89,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 		t:      election.Ticket{Key: key, Identity: identity, Name: newRandom()},
 		heldCh: make(chan struct{}),
 		lost:   make(chan struct{}),
+		kick:   make(chan struct{}, 1),
 	}
 	s.entries[e.t.Name] = e
 	return e.t, nil
@@ -107,8 +111,8 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 	start := s.now()
 	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
 	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
-		return acquireScript.Run(ctx, c, []string{e.t.Key, e.t.Key + fenceSuffix},
-			e.t.Name, e.t.Identity, ttlMs, b.channel(e.t.Key)).Slice()
+		return acquireScript.Run(ctx, c, []string{e.t.Key, e.t.Key + fenceSuffix, e.t.Key + waitingSuffix},
+			e.t.Name, e.t.Identity, ttlMs, b.channel(e.t.Key), s.member(e)).Slice()
 	})
 	elapsed := s.now().Sub(start)
 	got, answered := 0, 0
@@ -150,6 +154,7 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 		}
 		return false, 0, b.quorumErr("acquire "+e.t.Key, rs, answered)
 	}
+	e.waiting = got < answered
 	return false, wait, nil
 }
 
@@ -160,7 +165,7 @@ func (s *session) releaseLocked(ctx context.Context, e *entry) error {
 	ctx, cancel := context.WithTimeout(ctx, s.ttl)
 	defer cancel()
 	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
-		return releaseScript.Run(ctx, c, []string{e.t.Key}, e.t.Name, b.channel(e.t.Key)).Int64()
+		return releaseScript.Run(ctx, c, []string{e.t.Key, e.t.Key + waitingSuffix}, e.t.Name, b.channel(e.t.Key), s.member(e)).Int64()
 	})
 	answered := 0
 	for _, r := range rs {
@@ -195,9 +200,11 @@ func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
 }
 
 // WaitHead implements election.Session: it tries to take the key, and
-// while someone else holds it, waits for a release message on the key's
-// channel (or for the holder's key to expire, or PollInterval) and tries
-// again. Transient failures are retried until ctx ends. It returns t with
+// while someone else holds it, waits until a release names it (a release
+// wakes the waiter the server heard from least recently, not all of them),
+// or the holder's key expires, and tries again. A waiter that is never named
+// (its message lost, or the named waiter died on the way) tries when the
+// holder's key would expire, at most a TTL later. Transient failures are retried until ctx ends. It returns t with
 // the token the acquisition drew.
 func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Ticket, error) {
 	e := s.entry(t)
@@ -230,14 +237,19 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 				sub = nil
 				wait = retryPause
 			} else {
+				sub.want.Store(&t.Name)
+				defer sub.want.Store(nil)
 				wake = sub.ch
 				continue
 			}
 		}
-		if wait <= 0 || wait > s.b.opts.PollInterval {
-			wait = s.b.opts.PollInterval
-		} else {
+		switch {
+		case wait > 0 && wait < s.ttl:
 			wait += time.Millisecond // the key is gone by then
+		case wait <= 0:
+			wait = s.b.opts.PollInterval // held without an expiry (not tenure's), or no answer
+		default:
+			wait = s.ttl
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -248,6 +260,7 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 			timer.Stop()
 			return t, s.Err()
 		case <-e.heldCh: // Ahead took it meanwhile
+		case <-e.kick:
 		case <-wake:
 		case <-timer.C:
 		}
@@ -255,7 +268,11 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 	}
 }
 
-// subscription returns the session's subscription to key's channel,
+// member names e in "<key>:waiting": the session, whose channel a release
+// publishes on, and e's random part, which the message carries.
+func (s *session) member(e *entry) string { return s.id + " " + e.t.Name }
+
+// subscription returns the session's subscription to its channel for key,
 // subscribing on first use: a candidate that campaigns again reuses it
 // instead of opening a connection per campaign. A wake-up left over from
 // an earlier campaign costs one extra try.
@@ -269,7 +286,7 @@ func (s *session) subscription(ctx context.Context, key string) (*subscription, 
 		return sub, nil
 	}
 	s.mu.Unlock()
-	sub, err := s.b.subscribe(ctx, key)
+	sub, err := s.b.subscribe(ctx, s.b.channel(key)+":"+s.id)
 	if err != nil {
 		return nil, err
 	}
@@ -377,15 +394,53 @@ func (s *session) renew() election.Renewal {
 	return election.Renewal{Sent: sent, TTL: s.ttl - s.b.drift(s.ttl)}
 }
 
-// errNotHeld: the entry has nothing to extend (still waiting).
+// errNotHeld: the entry has nothing to extend (not tried yet).
 var errNotHeld = errors.New("redislock: not held")
+
+// stillWaiting renews e's waiting entry on every master; when no master
+// has it any more (it lapsed: the server did not hear from e for a TTL),
+// the waiter is kicked to try again, which registers it anew. e.mu must
+// be held.
+func (s *session) stillWaitingLocked(ctx context.Context, e *entry) error {
+	b := s.b
+	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
+	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+		return stillWaitingScript.Run(ctx, c, []string{e.t.Key + waitingSuffix}, s.member(e), ttlMs).Int64()
+	})
+	answered, renewed := 0, 0
+	for _, r := range rs {
+		if r.err == nil {
+			answered++
+			if r.val.(int64) > 0 {
+				renewed++
+			}
+		}
+	}
+	if answered < b.quorum() {
+		return b.quorumErr("renew waiting "+e.t.Key, rs, answered)
+	}
+	if renewed == 0 {
+		e.waiting = false
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
 
 // extend runs compare-and-pexpire for e on every master. A key that a
 // quorum no longer has as e's is lost: e's term ends.
 func (s *session) extend(ctx context.Context, e *entry) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.held || e.removed {
+	if e.removed {
+		return errNotHeld
+	}
+	if !e.held {
+		if e.waiting {
+			return s.stillWaitingLocked(ctx, e)
+		}
 		return errNotHeld
 	}
 	b := s.b
