@@ -663,3 +663,54 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		t.Fatalf("%.1f scripts per handoff with %d waiters: a release woke more than one", per, waiters)
 	}
 }
+
+// TestServerRestartDemotesHolder: a Redis restart loses every key
+// (persistence off here); the holder's watchdog finds its key gone and the
+// holder is demoted within a few renewals, while a waiter takes the key.
+func TestServerRestartDemotesHolder(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	s, err := redisserver.Start(baseDir+"/restart", redisserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	newE := func(id string) *election.Elector {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond,
+			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaintNotificationsConfig: noMaint()})
+		t.Cleanup(func() { c.Close() })
+		b, err := redislock.New([]*redis.Client{c}, redislock.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := election.New(b, election.Config{Key: "restart", Identity: id, TTL: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	a, w := newE("a"), newE("w")
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := w.Campaign(ctx); got <- err }()
+	time.Sleep(200 * time.Millisecond)
+	s.Kill()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	select {
+	case <-a.Done():
+		t.Logf("holder demoted %v after the restart: %v", time.Since(restarted), a.Err())
+	case <-time.After(5 * time.Second):
+		t.Fatalf("holder still leads 5 s after a restart that lost its key (IsLeader %v)", a.IsLeader())
+	}
+	select {
+	case err := <-got:
+		t.Logf("waiter elected %v after the restart: %v", time.Since(restarted), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not elected within 5 s of the restart")
+	}
+}

@@ -176,7 +176,7 @@ func (s *session) releaseLocked(ctx context.Context, e *entry) error {
 	if answered < b.quorum() {
 		return b.quorumErr("release "+e.t.Key, rs, answered)
 	}
-	e.held = false
+	e.held, e.waiting = false, false
 	return nil
 }
 
@@ -474,7 +474,8 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 }
 
 // Close implements election.Session: it stops the watchdog, releases every
-// key the session holds (compare-and-delete, on ctx) and ends the session.
+// key the session holds (compare-and-delete, on ctx), removes its waiting
+// entries and ends the session.
 func (s *session) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
@@ -497,9 +498,9 @@ func (s *session) Close(ctx context.Context) error {
 		for _, e := range es {
 			e.mu.Lock()
 			e.removed = true
-			if e.held {
-				errs = append(errs, s.releaseLocked(ctx, e))
-			}
+			// The key, or the waiting entry; also when neither is known:
+			// a try whose reply was lost may have registered it.
+			errs = append(errs, s.releaseLocked(ctx, e))
 			e.mu.Unlock()
 		}
 		s.End(tenure.ErrClosed)
