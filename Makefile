@@ -1,6 +1,6 @@
 # tenure: the two commands of the README, and the benchmark.
 
-.PHONY: test demo bench
+.PHONY: test demo bench chaos
 
 # The whole test suite; fetches what it needs.
 test:
@@ -31,3 +31,15 @@ bench-quick:
 	  -title "bench-quick: the reduced set (30 handoffs per cell, 2 failovers); make bench measures." \
 	  -- -bench.contenders=2,10,100 -zkbench.warmup=30 -bench.rounds=2 -bench.ttl=2s; \
 	status=$$?; echo "bench-quick report: $$dir/benchmarks.md"; exit $$status
+
+# The fault-injection safety suite's long mode (test/chaos): every scenario
+# on a three-member etcd cluster and a three-server ZooKeeper ensemble, for
+# CHAOS_DURATION per backend (the two backends run side by side), then the
+# table. The last line is "violations: N"; the exit status is non-zero on
+# any violation. CHAOS_LANES (4) elections run in parallel, CHAOS_ROUNDS (5)
+# faults each per run.
+CHAOS_DURATION ?= 3m
+chaos:
+	@dir=$$(mktemp -d) && go test -c -o $$dir/chaos.test ./test/chaos/ && \
+	(cd test/chaos && CHAOS_DURATION=$(CHAOS_DURATION) $$dir/chaos.test -test.run '^TestChaos$$' -test.timeout 0 -test.v); \
+	status=$$?; rm -rf $$dir; exit $$status

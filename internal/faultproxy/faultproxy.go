@@ -1,10 +1,11 @@
 // Package faultproxy is a TCP proxy on loopback that tests put between a
-// client and its server to blackhole or cut the link.
+// client and its server to blackhole, delay or cut the link.
 package faultproxy
 
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards connections from its loopback address to a target. Its
@@ -15,6 +16,7 @@ type Proxy struct {
 
 	mu         sync.Mutex
 	blackholed bool
+	delay      time.Duration
 	conns      map[net.Conn]struct{}
 	closed     bool
 	wg         sync.WaitGroup
@@ -56,6 +58,16 @@ func (p *Proxy) Heal() {
 	}
 }
 
+// Delay holds every byte read from now on for d in each direction before
+// forwarding it (a round trip gains 2·d), on open and new connections
+// alike; order is kept. Delay(0) ends the delay for bytes read from then on
+// (bytes already held still wait out their delay). A negative d counts as 0.
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = max(d, 0)
+	p.mu.Unlock()
+}
+
 // Cut closes every open connection; new ones are accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -93,6 +105,14 @@ func (p *Proxy) dropping() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.blackholed
+}
+
+// state returns whether bytes read now are dropped, and how long the ones
+// kept are held.
+func (p *Proxy) state() (drop bool, delay time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.blackholed, p.delay
 }
 
 func (p *Proxy) accept() {
@@ -136,17 +156,43 @@ func (p *Proxy) serve(c net.Conn) {
 	p.pump(c, up)
 }
 
-// pump copies src to dst, dropping bytes while blackholed, and closes both
-// at the end.
+// chunk is bytes read from one side, due on the other at due.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pump copies src to dst, dropping bytes while blackholed and holding them
+// while delayed, and closes both at the end. A second goroutine writes, so
+// that reading goes on while delayed bytes wait.
 func (p *Proxy) pump(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
+	queue := make(chan chunk, 256)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer src.Close()
+		defer dst.Close()
+		failed := false
+		for c := range queue {
+			if failed {
+				continue // drain, so that the reader never blocks for good
+			}
+			if w := time.Until(c.due); w > 0 {
+				time.Sleep(w)
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				failed = true
+				src.Close() // stops the reader
+			}
+		}
+	}()
+	defer close(queue)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.dropping() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+		if n > 0 {
+			if drop, delay := p.state(); !drop {
+				queue <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(delay)}
 			}
 		}
 		if err != nil {

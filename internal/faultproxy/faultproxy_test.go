@@ -1,0 +1,132 @@
+package faultproxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echo serves one echo server on loopback until the test ends.
+func echo(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String()
+}
+
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if _, err := io.WriteString(c, msg+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != msg+"\n" {
+		t.Fatalf("echo %q, want %q", got, msg)
+	}
+	return time.Since(start)
+}
+
+// TestDelay_HoldsEachDirectionAndKeepsOrder: with Delay(d) a round trip
+// takes at least 2·d, bytes arrive in order, and Delay(0) restores the
+// link.
+func TestDelay_HoldsEachDirectionAndKeepsOrder(t *testing.T) {
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if rtt := roundTrip(t, c, r, "warm"); rtt > 100*time.Millisecond {
+		t.Fatalf("undelayed round trip took %v", rtt)
+	}
+	const d = 150 * time.Millisecond
+	p.Delay(d)
+	// Several messages in flight at once come back in order.
+	start := time.Now()
+	for _, m := range []string{"a", "b", "c"} {
+		if _, err := io.WriteString(c, m+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []string{"a", "b", "c"} {
+		got, err := r.ReadString('\n')
+		if err != nil || got != m+"\n" {
+			t.Fatalf("read %q, %v; want %q", got, err, m)
+		}
+	}
+	if rtt := time.Since(start); rtt < 2*d {
+		t.Fatalf("delayed round trip took %v, want at least %v", rtt, 2*d)
+	}
+	p.Delay(0)
+	if rtt := roundTrip(t, c, r, "fast"); rtt > 100*time.Millisecond {
+		t.Fatalf("round trip after Delay(0) took %v", rtt)
+	}
+}
+
+// TestBlackholeHeal_DropsThenCutsTheConnection: a blackholed link loses
+// the bytes sent through it; Heal closes the connection, and a new one
+// works.
+func TestBlackholeHeal_DropsThenCutsTheConnection(t *testing.T) {
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	roundTrip(t, c, r, "x")
+	p.Blackhole()
+	if _, err := io.WriteString(c, "lost\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if got, err := r.ReadString('\n'); err == nil {
+		t.Fatalf("read %q through a blackhole", got)
+	}
+	p.Heal()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("the healed connection still delivers; want it closed")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the healed connection stays open; want it closed")
+	}
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	roundTrip(t, c2, bufio.NewReader(c2), "y")
+}

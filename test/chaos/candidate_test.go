@@ -1,0 +1,250 @@
+package chaos
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/etcdelect"
+	"github.com/tenure-go/tenure/zkelect"
+)
+
+// The candidate process: the test binary re-executed with
+// TENURE_CHAOS_CANDIDATE=1 (see TestMain). It campaigns with election.Run on
+// one key and, while it leads, writes term-stamped values to the checker's
+// fenced register and reads them back. Every step goes to stdout as one
+// line stamped with CLOCK_MONOTONIC, which every process on the machine
+// shares, so the checker can order events across processes:
+//
+//	ELECTED <token> <t> <entry> [<zk session id> <zk password hex>]
+//	CTXEND <token> <t> <cause>            the term's context ended
+//	WORKEND <token> <t>                   OnElected returned
+//	HARDSTOP <token> <t>                  OnElected outlived StopTimeout
+//	W <op> <token> <value> <t>            a write is sent
+//	WR <op> <t> ok|stale|err              its answer
+//	R <op> <t>                            a read is sent
+//	RR <op> <t> <token> <value> | RR <op> <t> err
+//	EXIT <t> <Run's error>
+//
+// Closing its stdin ends it gracefully: Run resigns and returns.
+
+// Environment of a candidate process.
+const (
+	envCandidate = "TENURE_CHAOS_CANDIDATE"
+	envBackend   = "CHAOS_BACKEND"   // a backends[].name
+	envEndpoints = "CHAOS_ENDPOINTS" // comma-separated, the candidate's proxies
+	envKey       = "CHAOS_KEY"
+	envID        = "CHAOS_ID"
+	envTTL       = "CHAOS_TTL"      // milliseconds
+	envRegister  = "CHAOS_REGISTER" // the checker's register URL
+	envEvery     = "CHAOS_EVERY"    // milliseconds between writes
+	envBroken    = "CHAOS_BROKEN"   // "" or brokenNoDeadline
+)
+
+// brokenNoDeadline is the lease-deadline-off variant: the elected work
+// ignores its cancelled context for another 2·TTL and OnHardStop does not
+// stop it, so the deadline is never enforced and the work runs on after
+// the server has expired the lease and elected a successor. The checker
+// must see overlapping leaders.
+const brokenNoDeadline = "nodeadline"
+
+// mono reads CLOCK_MONOTONIC in nanoseconds: one clock for every process on
+// this machine, unlike the monotonic reading in time.Time, which is
+// per-process.
+func mono() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
+}
+
+// word turns an error into one field of an output line.
+func word(err error) string {
+	return strings.Join(strings.Fields(fmt.Sprint(err)), "_")
+}
+
+type out struct{ mu sync.Mutex }
+
+func (o *out) line(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fmt.Fprintf(os.Stdout, format+"\n", args...) // unbuffered: one write(2)
+}
+
+func candidateMain() int {
+	o := &out{}
+	env := func(k string) string { return os.Getenv(k) }
+	ttlMs, _ := strconv.Atoi(env(envTTL))
+	everyMs, _ := strconv.Atoi(env(envEvery))
+	ttl, every := time.Duration(ttlMs)*time.Millisecond, time.Duration(everyMs)*time.Millisecond
+	key, id, reg := env(envKey), env(envID), env(envRegister)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
+
+	b, sessionInfo, closeB, err := dialCandidate(ctx, env(envBackend), strings.Split(env(envEndpoints), ","), ttl)
+	if err != nil {
+		o.line("EXIT %d dial:%s", mono(), word(err))
+		return 1
+	}
+	defer closeB()
+	noDeadline := env(envBroken) == brokenNoDeadline
+	e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl})
+	if err != nil {
+		o.line("EXIT %d config:%s", mono(), word(err))
+		return 1
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	var ops atomic.Int64
+	write := func(tok uint64, val string) {
+		op := ops.Add(1)
+		o.line("W %d %d %s %d", op, tok, val, mono())
+		q := url.Values{"key": {key}, "tok": {strconv.FormatUint(tok, 10)}, "val": {val}}
+		resp, err := hc.Post(reg+"/w?"+q.Encode(), "text/plain", nil)
+		res := "err"
+		if err == nil {
+			switch resp.StatusCode {
+			case http.StatusOK:
+				res = "ok"
+			case http.StatusConflict:
+				res = "stale"
+			}
+			resp.Body.Close()
+		}
+		o.line("WR %d %d %s", op, mono(), res)
+	}
+	read := func() {
+		op := ops.Add(1)
+		o.line("R %d %d", op, mono())
+		resp, err := hc.Get(reg + "/r?" + url.Values{"key": {key}}.Encode())
+		if err != nil {
+			o.line("RR %d %d err", op, mono())
+			return
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		f := strings.Fields(string(body))
+		if err != nil || resp.StatusCode != http.StatusOK || len(f) != 2 {
+			o.line("RR %d %d err", op, mono())
+			return
+		}
+		o.line("RR %d %d %s %s", op, mono(), f[0], f[1])
+	}
+	n := 0
+	err = e.Run(ctx, tenure.Callbacks{
+		OnElected: func(lctx context.Context, t tenure.Term) {
+			o.line("ELECTED %d %d %s %s", t.Token, mono(), t.Entry, sessionInfo())
+			var ended atomic.Int64
+			stop := context.AfterFunc(lctx, func() {
+				ended.Store(mono())
+				o.line("CTXEND %d %d %s", t.Token, mono(), word(context.Cause(lctx)))
+			})
+			defer stop()
+			working := func() bool {
+				if noDeadline { // the broken variant: 2·TTL more
+					return lctx.Err() == nil || mono()-ended.Load() < int64(2*ttl)
+				}
+				return lctx.Err() == nil
+			}
+			// The leader's work: check the context, do some work (the
+			// sleep), write with the term. A pause between the check and
+			// the write (a GC pause, SIGSTOP) is Kleppmann's case: only
+			// the register's fence stops that write.
+			for working() {
+				time.Sleep(every)
+				n++
+				write(t.Token, fmt.Sprintf("%s#%d", id, n))
+				if n%4 == 0 {
+					read()
+				}
+			}
+			o.line("WORKEND %d %d", t.Token, mono())
+		},
+		OnHardStop: func(t tenure.Term) { o.line("HARDSTOP %d %d", t.Token, mono()) },
+	})
+	_ = e.Close(context.Background())
+	o.line("EXIT %d %s", mono(), word(err))
+	if errors.Is(err, tenure.ErrCanceled) {
+		return 0
+	}
+	return 1
+}
+
+// dialCandidate connects to a backend as a candidate process does, retrying
+// until ctx ends (the servers may be restarting). sessionInfo returns what
+// the checker needs to expire the session from outside ("" for etcd, whose
+// entry name holds its lease).
+func dialCandidate(ctx context.Context, backend string, endpoints []string, ttl time.Duration) (b election.Backend, sessionInfo func() string, closeB func(), err error) {
+	for {
+		b, sessionInfo, closeB, err = dialOnce(ctx, backend, endpoints, ttl)
+		if err == nil || ctx.Err() != nil || errors.Is(err, errNoBackend) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func dialOnce(ctx context.Context, backend string, endpoints []string, ttl time.Duration) (election.Backend, func() string, func(), error) {
+	switch backend {
+	case "etcd":
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+			DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second,
+		})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return etcdelect.New(cli), func() string { return "" }, func() { cli.Close() }, nil
+	case "zookeeper":
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		b, err := zkelect.Dial(dctx, endpoints, ttl)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		info := func() string {
+			id, pw := zkSession(b.Conn())
+			return fmt.Sprintf("%d %s", id, hex.EncodeToString(pw))
+		}
+		return b, info, b.Close, nil
+	case "redis":
+		b, err := dialRedis(ctx, endpoints)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return b, func() string { return "" }, func() { b.Close() }, nil
+	}
+	return nil, nil, nil, fmt.Errorf("%w %q", errNoBackend, backend)
+}
+
+var errNoBackend = errors.New("chaos: no such backend")
+
+// zkSession returns the connection's ZooKeeper session id and password.
+// go-zookeeper does not export the password; the checker needs both to
+// close the session from another connection, as Curator's KillSession
+// does, which is how a test forces a ZooKeeper session to expire.
+func zkSession(c *zk.Conn) (int64, []byte) {
+	pw := reflect.ValueOf(c).Elem().FieldByName("passwd").Bytes()
+	return c.SessionID(), append([]byte(nil), pw...)
+}

@@ -1,0 +1,138 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// check verifies invariants 1, 2 and 5 on a lane after its candidates have
+// exited (3 is checked after every fault, 4 by the run). It returns the
+// violations, and how many overlaps were excused: the earlier holder was
+// frozen, or its session was ended on the server by the checker (see
+// expiredOverlap).
+func (l *lane) check(end int64) (vs []violation, excused int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	// 1. Tokens among accepted writes never go down.
+	hist, _ := l.r.reg.history(l.key)
+	for i := 1; i < len(hist); i++ {
+		if hist[i].tok < hist[i-1].tok {
+			vs = append(vs, violation{1, fmt.Sprintf("lane %d: the register accepted %s with term %d after %s with term %d",
+				l.idx, hist[i].val, hist[i].tok, hist[i-1].val, hist[i-1].tok)})
+		}
+	}
+
+	// 2. No two terms' elected work overlaps, unless the earlier holder
+	// was frozen (SIGSTOP) before the later one began: its writes are
+	// invariant 1's business.
+	terms := append([]*termInfo(nil), l.terms...)
+	sort.Slice(terms, func(i, j int) bool { return terms[i].start < terms[j].start })
+	endOf := func(t *termInfo) int64 {
+		switch {
+		case t.workEnd != 0:
+			return t.workEnd
+		case t.p.killedAt != 0:
+			return t.p.killedAt
+		case t.p.exitAt != 0:
+			return t.p.exitAt
+		}
+		return end
+	}
+	for i, a := range terms {
+		for _, b := range terms[i+1:] {
+			ae := endOf(a)
+			if ae <= b.start {
+				continue
+			}
+			frozen := false
+			for _, s := range a.p.stops {
+				if s >= a.start && s <= b.start {
+					frozen = true
+				}
+			}
+			if frozen || a.expiredAt != 0 && a.expiredAt <= b.start && time.Duration(ae-b.start) <= expiredOverlap {
+				excused++
+				continue
+			}
+			vs = append(vs, violation{2, fmt.Sprintf("lane %d: %s's term %d ran until %v after %s's term %d began",
+				l.idx, a.p.id, a.token, time.Duration(ae-b.start).Round(time.Millisecond), b.p.id, b.token)})
+		}
+	}
+
+	// 5. The register's history, as the candidates saw it, is linearizable.
+	var ops []porcupine.Operation
+	for i, o := range l.ops {
+		ret, res := o.ret, o.res
+		if ret == 0 || res == "err" { // no answer: it may or may not have happened
+			ret, res = math.MaxInt64-int64(len(l.ops))+int64(i), "unknown"
+		}
+		in := regInput{write: o.write, tok: o.tok, val: o.val}
+		ops = append(ops, porcupine.Operation{ClientId: 0, Input: in, Call: o.call, Output: regOutput{res: res, tok: o.rtok}, Return: ret})
+	}
+	switch porcupine.CheckOperationsTimeout(registerModel, ops, 60*time.Second) {
+	case porcupine.Illegal:
+		vs = append(vs, violation{5, fmt.Sprintf("lane %d: the register's history of %d operations is not linearizable", l.idx, len(ops))})
+	case porcupine.Unknown:
+		vs = append(vs, violation{5, fmt.Sprintf("lane %d: linearizability of %d operations not decided within 60 s", l.idx, len(ops))})
+	}
+	return vs, excused
+}
+
+// The sequential specification of the fenced register: a value and the
+// highest token accepted. A write with a token at least that high
+// succeeds; a lower one is refused as stale; a read returns the last
+// value written and its token.
+type regState struct {
+	tok uint64
+	val string
+}
+
+type regInput struct {
+	write bool
+	tok   uint64
+	val   string
+}
+
+type regOutput struct {
+	res string // writes: ok, stale, unknown; reads: the value, or unknown
+	tok uint64 // reads: the token
+}
+
+var registerModel = (&porcupine.NondeterministicModel{
+	Init: func() []any { return []any{regState{val: "-"}} },
+	Step: func(state, input, output any) []any {
+		s, in, out := state.(regState), input.(regInput), output.(regOutput)
+		if !in.write {
+			if out.res == "unknown" || (out.tok == s.tok && out.res == s.val) {
+				return []any{s}
+			}
+			return nil
+		}
+		fresh := in.tok != 0 && in.tok >= s.tok
+		next := regState{tok: in.tok, val: in.val}
+		switch {
+		case out.res == "unknown" && fresh:
+			return []any{s, next}
+		case out.res == "unknown":
+			return []any{s}
+		case out.res == "ok" && fresh:
+			return []any{next}
+		case out.res == "stale" && !fresh:
+			return []any{s}
+		}
+		return nil
+	},
+	Equal: func(a, b any) bool { return a.(regState) == b.(regState) },
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(regInput), output.(regOutput)
+		if in.write {
+			return fmt.Sprintf("write(%d, %s) → %s", in.tok, in.val, out.res)
+		}
+		return fmt.Sprintf("read() → %d %s", out.tok, out.res)
+	},
+}).ToModel()

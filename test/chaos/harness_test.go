@@ -1,0 +1,445 @@
+package chaos
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tenure-go/tenure/internal/faultproxy"
+)
+
+// run is one run of one scenario on one backend: lanes independent
+// elections (keys), each with three candidate processes behind their own
+// fault proxies, rounds faults per lane, then every candidate stopped and
+// the invariants checked.
+type run struct {
+	id       string
+	be       backend
+	srv      servers
+	reg      *register
+	sc       scenario
+	lanes    []*lane
+	rounds   int
+	ttl      time.Duration
+	every    time.Duration
+	broken   string
+	start    int64
+	logf     func(format string, args ...any)
+	harness  []string // harness failures (not invariant violations)
+	harnessM sync.Mutex
+}
+
+func (r *run) fail(format string, args ...any) {
+	r.harnessM.Lock()
+	defer r.harnessM.Unlock()
+	r.harness = append(r.harness, fmt.Sprintf(format, args...))
+}
+
+// lane is one election key and what the checker learned about it.
+type lane struct {
+	r     *run
+	idx   int
+	key   string
+	slots []*slot
+
+	mu      sync.Mutex
+	terms   []*termInfo
+	byTok   map[uint64]*termInfo
+	ops     []*opRec
+	open    map[string]*opRec // proc id + op number → op without an answer yet
+	faults  []faultRec
+	changed chan struct{} // closed and replaced on every event
+}
+
+// slot is one candidate position of a lane: its proxies (one per server)
+// outlive the processes that run in it (a killed candidate is replaced by a
+// new one in the same slot).
+type slot struct {
+	l       *lane
+	idx     int
+	gen     int
+	proxies []*faultproxy.Proxy
+	proc    *proc
+}
+
+// proc is one candidate process.
+type proc struct {
+	id     string
+	s      *slot
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	exited chan struct{}
+
+	// guarded by the lane's mu
+	killedAt int64
+	exitAt   int64
+	stops    []int64 // SIGSTOP times
+	frozen   bool
+	answered int // writes answered
+}
+
+// termInfo is one term as the candidate that held it reported it.
+type termInfo struct {
+	token      uint64
+	p          *proc
+	entry      string
+	zkSession  int64
+	zkPassword []byte
+	start      int64 // OnElected began
+	ctxEnd     int64 // its context ended (0: not seen)
+	workEnd    int64 // OnElected returned (0: not seen)
+	expiredAt  int64 // the checker expired its session on the server (guarded by the lane's mu)
+}
+
+// opRec is one register operation as a candidate reported it.
+type opRec struct {
+	proc      string
+	write     bool
+	tok       uint64
+	val       string
+	call, ret int64  // ret 0: no answer seen
+	res       string // writes: ok, stale, err; reads: the value, or err
+	rtok      uint64 // reads: the token read
+}
+
+// faultRec is one fault injected into a lane and what followed.
+type faultRec struct {
+	at       int64 // mono() when injected
+	old      uint64
+	bound    time.Duration
+	failover time.Duration // 0 when the old term was kept
+	kept     bool
+	// serverLeader: the server-side leader changed meanwhile, and the
+	// bound was extended by TTL + ServerFailover (the sessions renewed).
+	serverLeader bool
+}
+
+func (l *lane) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// wait returns a channel closed at the lane's next event.
+func (l *lane) wait() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+// spawn starts a new candidate process in s.
+func (s *slot) spawn() error {
+	l := s.l
+	r := l.r
+	s.gen++
+	p := &proc{id: fmt.Sprintf("l%d.s%d.g%d", l.idx, s.idx, s.gen), s: s, exited: make(chan struct{})}
+	var eps []string
+	for _, px := range s.proxies {
+		eps = append(eps, px.Addr())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		envCandidate+"=1",
+		envBackend+"="+r.be.name,
+		envEndpoints+"="+strings.Join(eps, ","),
+		envKey+"="+l.key,
+		envID+"="+p.id,
+		envTTL+"="+strconv.FormatInt(r.ttl.Milliseconds(), 10),
+		envRegister+"="+r.reg.URL(),
+		envEvery+"="+strconv.FormatInt(r.every.Milliseconds(), 10),
+		envBroken+"="+r.broken,
+		"GOTRACEBACK=all",
+	)
+	cmd.Stderr = os.Stderr // where SIGQUIT's goroutine dump goes (diagnose)
+	// The candidate dies with the test process, however it exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p.cmd = cmd
+	s.proc = p
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			l.event(p, sc.Text())
+		}
+		_ = cmd.Wait()
+		l.mu.Lock()
+		if p.exitAt == 0 {
+			p.exitAt = mono()
+		}
+		l.notify()
+		l.mu.Unlock()
+		close(p.exited)
+	}()
+	return nil
+}
+
+// event records one line of p's output.
+func (l *lane) event(p *proc, line string) {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return
+	}
+	u := func(i int) uint64 {
+		if i >= len(f) {
+			return 0
+		}
+		n, _ := strconv.ParseUint(f[i], 10, 64)
+		return n
+	}
+	i64 := func(i int) int64 { return int64(u(i)) }
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer l.notify()
+	switch f[0] {
+	case "ELECTED":
+		t := &termInfo{token: u(1), p: p, start: i64(2)}
+		if len(f) > 3 {
+			t.entry = f[3]
+		}
+		if len(f) > 5 {
+			t.zkSession, t.zkPassword = parseZKSession(f[4], f[5])
+		}
+		l.terms = append(l.terms, t)
+		l.byTok[t.token] = t
+	case "CTXEND":
+		if t := l.byTok[u(1)]; t != nil && t.p == p {
+			t.ctxEnd = i64(2)
+		}
+	case "WORKEND":
+		if t := l.byTok[u(1)]; t != nil && t.p == p {
+			t.workEnd = i64(2)
+		}
+	case "W":
+		if len(f) >= 5 {
+			o := &opRec{proc: p.id, write: true, tok: u(2), val: f[3], call: i64(4)}
+			l.ops = append(l.ops, o)
+			l.open[p.id+"/"+f[1]] = o
+		}
+	case "R":
+		o := &opRec{proc: p.id, call: i64(2)}
+		l.ops = append(l.ops, o)
+		l.open[p.id+"/"+f[1]] = o
+	case "WR", "RR":
+		k := p.id + "/" + f[1]
+		o := l.open[k]
+		if o == nil || len(f) < 4 {
+			return
+		}
+		delete(l.open, k)
+		if f[0] == "WR" {
+			p.answered++
+		}
+		o.ret = i64(2)
+		o.res = f[3]
+		if f[0] == "RR" && len(f) >= 5 {
+			o.rtok, o.res = u(3), f[4]
+		}
+	case "EXIT":
+		p.exitAt = i64(1)
+		if len(f) < 3 || !strings.Contains(f[2], "canceled") { // Run returns tenure.ErrCanceled when asked to stop
+			l.r.fail("%s exited: %s", p.id, f[2])
+		}
+	case "HARDSTOP":
+		l.r.logf("%s: hard stop of term %s", p.id, f[1])
+	}
+}
+
+// leader returns the live term with the highest token: reported elected,
+// its context not ended, its process neither killed, frozen nor exited.
+func (l *lane) leader() *termInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leaderLocked()
+}
+
+func (l *lane) leaderLocked() *termInfo {
+	var best *termInfo
+	for _, t := range l.terms {
+		if t.ctxEnd != 0 || t.workEnd != 0 || t.p.killedAt != 0 || t.p.exitAt != 0 || t.p.frozen {
+			continue
+		}
+		if best == nil || t.token > best.token {
+			best = t
+		}
+	}
+	return best
+}
+
+// awaitWritingLeader waits until the lane has a live leader whose write
+// the register accepted.
+func (l *lane) awaitWritingLeader(timeout time.Duration) (*termInfo, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ch := l.wait()
+		if t := l.leader(); t != nil && l.r.reg.firstAcceptedAtOrAbove(l.key, t.token) != 0 {
+			return t, nil
+		}
+		if time.Now().After(deadline) {
+			err := fmt.Errorf("lane %d: no leader writing after %v", l.idx, timeout)
+			l.diagnose(err.Error())
+			return nil, err
+		}
+		select {
+		case <-ch:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// awaitAnswer waits until one more of p's writes has been answered, so
+// that p is in the pause between two writes; it gives up after timeout.
+func (l *lane) awaitAnswer(p *proc, timeout time.Duration) {
+	l.mu.Lock()
+	n := p.answered
+	l.mu.Unlock()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ch := l.wait()
+		l.mu.Lock()
+		m := p.answered
+		l.mu.Unlock()
+		if m > n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// successor returns the first term elected after old (a larger token), or
+// nil.
+func (l *lane) successor(old uint64) *termInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first *termInfo
+	for _, t := range l.terms {
+		if t.token > old && (first == nil || t.start < first.start) {
+			first = t
+		}
+	}
+	return first
+}
+
+// alive reports whether term t still runs.
+func (l *lane) alive(t *termInfo) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return t.ctxEnd == 0 && t.workEnd == 0 && t.p.killedAt == 0 && t.p.exitAt == 0
+}
+
+func (p *proc) signal(sig syscall.Signal) error {
+	l := p.s.l
+	l.mu.Lock()
+	now := mono()
+	switch sig {
+	case syscall.SIGKILL:
+		p.killedAt = now
+	case syscall.SIGSTOP:
+		p.stops = append(p.stops, now)
+		p.frozen = true
+	case syscall.SIGCONT:
+		p.frozen = false
+	}
+	l.notify()
+	l.mu.Unlock()
+	return p.cmd.Process.Signal(sig)
+}
+
+// observe waits, after a fault injected at `at` into the lane whose
+// leader held old, for the next term, and records the failover; it checks
+// invariant 3: a successor within bound, unless the old term is still
+// alive and the scenario lets it keep its term.
+func (l *lane) observe(at int64, old *termInfo, bound time.Duration, mayKeep bool) (faultRec, []violation) {
+	f := faultRec{at: at, old: old.token, bound: bound}
+	changes := l.r.srv.LeaderChanges()
+	extend := func() {
+		if !f.serverLeader && l.r.srv.LeaderChanges() > changes {
+			f.serverLeader = true
+			bound += l.r.ttl + l.r.srv.ServerFailover()
+			f.bound = bound
+		}
+	}
+	var deadline time.Time // bound + 3 s after the fault: report how late, not just "late"
+	for {
+		ch := l.wait()
+		extend()
+		deadline = time.Now().Add(time.Duration(at-mono()) + bound + 3*time.Second)
+		if s := l.successor(old.token); s != nil {
+			f.failover = time.Duration(s.start - at)
+			l.mu.Lock()
+			l.faults = append(l.faults, f)
+			l.mu.Unlock()
+			if f.failover > bound {
+				return f, []violation{{3, fmt.Sprintf("lane %d: term %d elected %v after the fault, bound %v (server leader changed: %v)", l.idx, s.token, f.failover.Round(time.Millisecond), bound, f.serverLeader)}}
+			}
+			return f, nil
+		}
+		elapsed := time.Duration(mono() - at)
+		if mayKeep && elapsed > bound && l.alive(old) {
+			f.kept = true
+			l.mu.Lock()
+			l.faults = append(l.faults, f)
+			l.mu.Unlock()
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			l.mu.Lock()
+			l.faults = append(l.faults, f)
+			l.mu.Unlock()
+			v := violation{3, fmt.Sprintf("lane %d: no leader after term %d within %v of the fault", l.idx, old.token, elapsed.Round(time.Millisecond))}
+			l.diagnose(v.what)
+			return f, []violation{v}
+		}
+		select {
+		case <-ch:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// diagnose logs what the servers hold for a lane that has no leader, and
+// the goroutines of its live candidates (SIGQUIT makes a Go process dump
+// them to stderr and exit), then starts new candidates in their slots.
+func (l *lane) diagnose(why string) {
+	r := l.r
+	r.logf("lane %d (%s): %s; %s", l.idx, l.key, why, r.srv.Diagnose(l.key))
+	for _, s := range l.slots {
+		p := s.proc
+		l.mu.Lock()
+		gone := p.killedAt != 0 || p.exitAt != 0
+		l.mu.Unlock()
+		if gone {
+			continue
+		}
+		r.logf("lane %d: goroutines of %s follow on stderr", l.idx, p.id)
+		_ = p.signal(syscall.SIGCONT)
+		_ = p.signal(syscall.SIGQUIT)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			_ = p.signal(syscall.SIGKILL)
+			<-p.exited
+		}
+		if err := s.spawn(); err != nil {
+			r.fail("lane %d: respawn: %v", l.idx, err)
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// expiredOverlap bounds how long a leader whose session was ended on the
+// server by someone else (an operator's revoke, a forced expiry) may work on
+// after its successor began. No lease deadline can run ahead of that: the
+// server ends the session at once, and both the holder and its successor
+// learn it from a watch event. The holder's context ends when its event
+// arrives; its work then stops within StopTimeout, and its writes in between
+// are refused by the fence (invariant 1).
+const expiredOverlap = time.Second
+
+// slack is added to every documented failover bound: the machine running
+// the suite has two cores shared with other work, and a loaded scheduler
+// delays the watch delivery, the read and the candidate's report. The
+// measured figures (docs/guarantees.md) show how much of it is used.
+const slack = 1500 * time.Millisecond
+
+// scenario is one kind of fault. Candidate faults hit each lane's leader
+// at once; server faults hit the servers once for every lane.
+type scenario struct {
+	name string
+	// server marks a server-side fault.
+	server bool
+	// mayKeep: the leader may legitimately keep its term through the
+	// fault (its session can survive it).
+	mayKeep bool
+	// inject hits lane l's leader t; undo repairs the fault after the
+	// failover was observed.
+	inject func(r *run, l *lane, t *termInfo) (undo func() error, extra time.Duration, err error)
+	// injectServer hits the servers; it returns once the fault is in place
+	// (or, for a restart, over: outage is how long the servers were down).
+	injectServer func(r *run) (undo func() error, outage time.Duration, err error)
+	// bound is the documented failover bound for this fault, before slack:
+	// extra is what inject or injectServer returned.
+	bound func(r *run, extra time.Duration) time.Duration
+}
+
+// crashBound is the documented bound for a leader that stops renewing:
+// TTL + the server's expiry granularity (+ one watch delivery and one read,
+// in the slack).
+func crashBound(r *run, _ time.Duration) time.Duration { return r.ttl + r.srv.ExpiryGranularity() }
+
+var scenarios = []scenario{
+	{
+		name: "kill",
+		inject: func(r *run, l *lane, t *termInfo) (func() error, time.Duration, error) {
+			if err := t.p.signal(syscall.SIGKILL); err != nil {
+				return nil, 0, err
+			}
+			return func() error { <-t.p.exited; return t.p.s.spawn() }, 0, nil
+		},
+		bound: crashBound,
+	},
+	{
+		name: "stop",
+		inject: func(r *run, l *lane, t *termInfo) (func() error, time.Duration, error) {
+			// Freeze it just after a write was answered: in the pause
+			// before its next write, which it sends on waking without
+			// looking at its context again (Kleppmann's case).
+			l.awaitAnswer(t.p, time.Second)
+			if err := t.p.signal(syscall.SIGSTOP); err != nil {
+				return nil, 0, err
+			}
+			return func() error {
+				// Frozen past its TTL: resume it only once its successor has
+				// written, so that its first write after waking is stale.
+				deadline := time.Now().Add(10 * time.Second)
+				for time.Now().Before(deadline) {
+					if s := l.successor(t.token); s != nil && r.reg.firstAcceptedAtOrAbove(l.key, s.token) != 0 {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				return t.p.signal(syscall.SIGCONT)
+			}, 0, nil
+		},
+		bound: crashBound,
+	},
+	{
+		name: "blackhole",
+		inject: func(r *run, l *lane, t *termInfo) (func() error, time.Duration, error) {
+			for _, px := range t.p.s.proxies {
+				px.Blackhole()
+			}
+			return func() error {
+				for _, px := range t.p.s.proxies {
+					px.Heal()
+				}
+				return nil
+			}, 0, nil
+		},
+		bound: crashBound,
+	},
+	{
+		name:    "slow",
+		mayKeep: true,
+		inject: func(r *run, l *lane, t *termInfo) (func() error, time.Duration, error) {
+			// One-way latency between 0.3 and 0.8 TTL: a round trip of 0.6
+			// to 1.6 TTL, around the lease deadline (TTL − TTL/5 after a
+			// renewal is sent), so some leaders keep their term and some
+			// demote.
+			d := time.Duration(float64(r.ttl) * (0.3 + 0.5*rand.Float64()))
+			for _, px := range t.p.s.proxies {
+				px.Delay(d)
+			}
+			return func() error {
+				for _, px := range t.p.s.proxies {
+					px.Delay(0)
+				}
+				return nil
+			}, d, nil
+		},
+		// The leader demotes at its deadline, at most TTL − DeadlineMargin
+		// after it sent its last acknowledged renewal, and closes its
+		// session DeadlineMargin later; the close crosses the slow link
+		// (etcd: one revoke, d; ZooKeeper: a read of the node's version and
+		// a delete, 3·d). Or the leader keeps its term.
+		bound: func(r *run, d time.Duration) time.Duration { return r.ttl + 3*d + r.srv.ExpiryGranularity() },
+	},
+	{
+		name: "expire",
+		inject: func(r *run, l *lane, t *termInfo) (func() error, time.Duration, error) {
+			l.mu.Lock()
+			t.expiredAt = mono()
+			l.mu.Unlock()
+			return func() error { return nil }, 0, r.srv.Expire(t)
+		},
+		// The server deletes the entry with the session: one delete, one
+		// watch delivery and one read (all in the slack).
+		bound: func(r *run, _ time.Duration) time.Duration { return 0 },
+	},
+	{
+		name:    "leaderkill",
+		server:  true,
+		mayKeep: true,
+		injectServer: func(r *run) (func() error, time.Duration, error) {
+			restore, err := r.srv.KillLeader()
+			return restore, 0, err
+		},
+		// A session that cannot renew while the servers elect a new leader
+		// and the client reconnects fails over as a crash does, that much
+		// later.
+		bound: func(r *run, _ time.Duration) time.Duration {
+			return r.ttl + r.srv.ExpiryGranularity() + r.srv.ServerFailover()
+		},
+	},
+	{
+		name:    "restart",
+		server:  true,
+		mayKeep: true,
+		injectServer: func(r *run) (func() error, time.Duration, error) {
+			start := time.Now()
+			err := r.srv.RestartAll()
+			return func() error { return nil }, time.Since(start), err
+		},
+		// Sessions cannot renew while the servers are down (outage), and
+		// the restarted servers count their TTL afresh.
+		bound: func(r *run, outage time.Duration) time.Duration {
+			return outage + r.ttl + r.srv.ExpiryGranularity() + r.srv.ServerFailover()
+		},
+	},
+}
+
+func scenarioNamed(name string) scenario {
+	for _, s := range scenarios {
+		if s.name == name {
+			return s
+		}
+	}
+	panic("no scenario " + name)
+}
+
+// violation is a broken invariant (1 to 5).
+type violation struct {
+	inv  int
+	what string
+}
+
+func (v violation) String() string { return fmt.Sprintf("invariant %d: %s", v.inv, v.what) }
+
+// round injects one fault and waits for the lanes to recover.
+func (r *run) round() []violation {
+	var vs []violation
+	var mu sync.Mutex
+	add := func(v ...violation) { mu.Lock(); vs = append(vs, v...); mu.Unlock() }
+	// Every lane has a leader that writes before the fault.
+	leaders := make([]*termInfo, len(r.lanes))
+	for i, l := range r.lanes {
+		t, err := l.awaitWritingLeader(30 * time.Second)
+		if err != nil {
+			add(violation{3, err.Error()})
+			return vs
+		}
+		leaders[i] = t
+	}
+	var wg sync.WaitGroup
+	if r.sc.server {
+		at := mono()
+		undo, outage, err := r.sc.injectServer(r)
+		if errors.Is(err, errUnsupported) {
+			return nil
+		}
+		if err != nil {
+			r.fail("%s: %v", r.sc.name, err)
+			return vs
+		}
+		bound := r.sc.bound(r, outage) + slack
+		for i, l := range r.lanes {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, v := l.observe(at, leaders[i], bound, r.sc.mayKeep); add(v...) }()
+		}
+		wg.Wait()
+		if err := undo(); err != nil {
+			r.fail("%s: undo: %v", r.sc.name, err)
+		}
+		return vs
+	}
+	for i, l := range r.lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := leaders[i]
+			at := mono()
+			undo, extra, err := r.sc.inject(r, l, t)
+			if err != nil {
+				r.fail("lane %d: %s: %v", l.idx, r.sc.name, err)
+				return
+			}
+			_, v := l.observe(at, t, r.sc.bound(r, extra)+slack, r.sc.mayKeep)
+			add(v...)
+			if err := undo(); err != nil {
+				r.fail("lane %d: %s: undo: %v", l.idx, r.sc.name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return vs
+}
