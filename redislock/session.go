@@ -344,9 +344,9 @@ func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
 	return nil
 }
 
-// watchdog extends every held key every s.every and reports each round as
-// a renewal: the deadline moves only when every held key was extended on a
-// quorum of masters.
+// watchdog extends every held key, and renews every waiting entry, every
+// s.every, and reports each round as a renewal: the deadline moves only
+// when every one was renewed on a quorum of masters.
 func (s *session) watchdog() {
 	defer close(s.stopped)
 	tick := time.NewTicker(s.every)
@@ -367,14 +367,14 @@ func (s *session) renew() election.Renewal {
 	defer cancel()
 	sent := s.now()
 	s.mu.Lock()
-	var held []*entry
+	var es []*entry
 	for _, e := range s.entries {
-		held = append(held, e)
+		es = append(es, e)
 	}
 	s.mu.Unlock()
 	var errs []error
 	extended := 0
-	for _, e := range held {
+	for _, e := range es {
 		switch err := s.extend(ctx, e); {
 		case err == nil:
 			extended++
@@ -397,7 +397,7 @@ func (s *session) renew() election.Renewal {
 // errNotHeld: the entry has nothing to extend (not tried yet).
 var errNotHeld = errors.New("redislock: not held")
 
-// stillWaiting renews e's waiting entry on every master; when no master
+// stillWaitingLocked renews e's waiting entry on every master; when no master
 // has it any more (it lapsed: the server did not hear from e for a TTL),
 // the waiter is kicked to try again, which registers it anew. e.mu must
 // be held.
@@ -429,8 +429,9 @@ func (s *session) stillWaitingLocked(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// extend runs compare-and-pexpire for e on every master. A key that a
-// quorum no longer has as e's is lost: e's term ends.
+// extend runs compare-and-pexpire for e on every master, or renews e's
+// waiting entry while e waits. A key that a quorum no longer has as e's is
+// lost: e's term ends.
 func (s *session) extend(ctx context.Context, e *entry) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
