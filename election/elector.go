@@ -262,15 +262,13 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 			return nil, fmt.Errorf("%w: %d candidate(s) ahead on %q", tenure.ErrLocked, n, e.cfg.Key)
 		}
 		if err != nil {
-			e.cleanup(ctx, l, t)
-			return nil, e.campaignErr(ctx, l, err)
+			return nil, e.failCampaign(ctx, l, t, err)
 		}
 	}
 	log.Debug("campaign queued")
 	head, err := l.sess.WaitHead(waitCtx, t)
 	if err != nil {
-		e.cleanup(ctx, l, t)
-		return nil, e.campaignErr(ctx, l, err)
+		return nil, e.failCampaign(ctx, l, t, err)
 	}
 	t = head
 	if t.Token == 0 {
@@ -279,8 +277,7 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	}
 	// Ownership was re-read by WaitHead; the lease must still be trusted.
 	if !l.Valid() {
-		e.cleanup(ctx, l, t)
-		return nil, e.campaignErr(ctx, l, tenure.ErrLeaseExpired)
+		return nil, e.failCampaign(ctx, l, t, tenure.ErrLeaseExpired)
 	}
 	term := tenure.Term{Token: t.Token, Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Entry: t.Name,
 		Advisory: !e.b.Linearizable(), Since: e.clock.Now()}
@@ -292,6 +289,15 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	e.rec.elected(term.Since.Sub(start))
 	log.Info("elected", zap.Duration("waited", term.Since.Sub(start)), zap.Time("deadline", l.Deadline()))
 	return ld, nil
+}
+
+// failCampaign classifies a campaign's failure, then removes its entry.
+// In that order: a cleanup that fails gives up the session, and the
+// campaign must report why it failed, not that its session was given up.
+func (e *Elector) failCampaign(ctx context.Context, l *lease, t Ticket, err error) error {
+	err = e.campaignErr(ctx, l, err)
+	e.cleanup(ctx, l, t)
+	return err
 }
 
 // campaignErr classifies a failed campaign: the session's end first, then

@@ -241,6 +241,11 @@ func (b *Backend) channel(key string) string { return b.opts.ChannelPrefix + key
 
 const waitingSuffix = ":waiting"
 
+// luaNow starts the scripts that need the server's time: now, in ms.
+const luaNow = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
 // The scripts. A lock's value is "<random> <token> <identity>"; the random
 // part (ARGV[1]) identifies one acquisition. "<key>:waiting" is a sorted
 // set of the candidates waiting for the key (by their random part), scored
@@ -252,7 +257,7 @@ var (
 	// channel, waiting member ("<session> <random>"). Returns {1, token}
 	// when the lock is (now or already) the caller's, {0, pttl} when
 	// someone else holds it; then the caller is registered as waiting.
-	acquireScript = redis.NewScript(`
+	acquireScript = redis.NewScript(luaNow + `
 local v = redis.call('GET', KEYS[1])
 local p = ARGV[1] .. ' '
 if v then
@@ -262,8 +267,6 @@ if v then
     local sp = string.find(rest, ' ', 1, true)
     return {1, string.sub(rest, 1, sp - 1)}
   end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[5])
   redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
   return {0, redis.call('PTTL', KEYS[1])}
@@ -281,14 +284,12 @@ return {1, tok}
 	// publishes the random part of the one heard from least recently on
 	// that waiter's session channel ("<channel>:<session>"), so that only
 	// it wakes, and "released" on the key's channel, for observers.
-	releaseScript = redis.NewScript(`
+	releaseScript = redis.NewScript(luaNow + `
 redis.call('ZREM', KEYS[2], ARGV[3])
 local v = redis.call('GET', KEYS[1])
 local p = ARGV[1] .. ' '
 if v and string.sub(v, 1, #p) == p then
   redis.call('DEL', KEYS[1])
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   local next = redis.call('ZRANGE', KEYS[2], 0, 0)
   if next[1] then
@@ -313,9 +314,7 @@ return 0
 `)
 	// KEYS: waiting. ARGV: waiting member, ttl ms. Renews a waiting entry
 	// (the watchdog, for candidates that wait).
-	stillWaitingScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+	stillWaitingScript = redis.NewScript(luaNow + `
 local n = redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[2]), ARGV[1])
 if n > 0 then
   redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
