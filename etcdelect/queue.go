@@ -128,16 +128,16 @@ func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
 // elector's lease deadline bounds how long a waiter keeps retrying.
 const retryPause = 50 * time.Millisecond
 
-// WaitHead waits until no entry older than t remains. It watches only the
-// newest older entry (the predecessor) and t's own entry. Transient failures
-// are retried until ctx ends; the elector ends ctx when the session can no
-// longer be trusted.
 // WaitHead implements election.Session. Tokens are set at Enqueue, so t
 // comes back unchanged.
 func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Ticket, error) {
 	return t, s.waitHead(ctx, t)
 }
 
+// waitHead waits until no entry older than t remains. It watches only the
+// newest older entry (the predecessor) and t's own entry. Transient failures
+// are retried until ctx ends; the elector ends ctx when the session can no
+// longer be trusted.
 func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()

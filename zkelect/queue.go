@@ -293,15 +293,15 @@ func (s *session) watch(ctx context.Context, p string) (<-chan zk.Event, *zk.Sta
 	return r.ch, r.st, r.ok, nil
 }
 
-// WaitHead waits until t is the lowest contender, watching only its
-// predecessor and its own node, and re-reads its own node before it
-// returns. Transient failures are retried until ctx ends.
 // WaitHead implements election.Session. Tokens are set at Enqueue, so t
 // comes back unchanged.
 func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Ticket, error) {
 	return t, s.waitHead(ctx, t)
 }
 
+// waitHead waits until t is the lowest contender, watching only its
+// predecessor and its own node, and re-reads its own node before it
+// returns. Transient failures are retried until ctx ends.
 func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	ownCh := s.takeWatch(t.Name) // set when the node was created and read
 	for {
