@@ -14,7 +14,6 @@ import (
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/election/electiontest"
 	"github.com/tenure-go/tenure/etcdelect"
-	"github.com/tenure-go/tenure/internal/faultproxy"
 )
 
 func TestBadInput_EtcdKeysRefused(t *testing.T) {
@@ -102,92 +101,6 @@ func TestBadInput_EtcdGarbageUnderThePrefixIsNotAContender(t *testing.T) {
 	}
 	if got := allKeys(t, admin, key+"/"); !slices.Equal(got, names) {
 		t.Fatalf("keys after resign = %q, want the garbage only, untouched: %q", got, names)
-	}
-}
-
-// TestBadInput_EtcdConnectionCutMidCampaign: the server's connection closes
-// (faultproxy's Cut) again and again while a candidate waits; the client
-// reconnects and the campaign goes on to win when the leader resigns; a
-// campaign cancelled while its connections are being cut returns
-// ErrCanceled and leaves no entry.
-func TestBadInput_EtcdConnectionCutMidCampaign(t *testing.T) {
-	ctx := ctxT(t, 60*time.Second)
-	key := electiontest.Key(t)
-	admin := newClient(t, endpoint)
-	defer admin.Close()
-	newProxied := func(id string) (*election.Elector, *faultproxy.Proxy) {
-		p, err := faultproxy.New(endpoint)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cli := newClient(t, p.Addr())
-		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()); cli.Close(); p.Close() })
-		return e, p
-	}
-	leaderCli := newClient(t, endpoint)
-	defer leaderCli.Close()
-	leader, err := election.New(etcdelect.New(leaderCli), election.Config{Key: key, Identity: "leader", TTL: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer leader.Close(context.Background())
-	lt, err := leader.Campaign(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, wp := newProxied("waiter")
-	got := make(chan error, 1)
-	var wt tenure.Term
-	go func() {
-		var err error
-		wt, err = w.Campaign(ctx)
-		got <- err
-	}()
-	waitPos(t, w, 1)
-	for range 5 {
-		wp.Cut()
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := leader.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil || wt.Token <= lt.Token {
-			t.Fatalf("Campaign after cuts = %v (token %d), want elected above %d", err, wt.Token, lt.Token)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiter whose connection was cut never got elected")
-	}
-
-	c, cp := newProxied("cancelled")
-	cctx, cancel := context.WithCancel(ctx)
-	cerr := make(chan error, 1)
-	go func() {
-		_, err := c.Campaign(cctx)
-		cerr <- err
-	}()
-	waitPos(t, c, 1)
-	cp.Cut()
-	cancel()
-	cp.Cut()
-	select {
-	case err := <-cerr:
-		if !errors.Is(err, tenure.ErrCanceled) {
-			t.Fatalf("cancelled Campaign = %v, want ErrCanceled", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("cancelled Campaign did not return")
-	}
-	waitFor(t, "the cancelled candidate's entry to go", func() bool {
-		return len(allKeys(t, admin, key+"/")) == 1
-	})
-	if got := allKeys(t, admin, key+"/"); len(got) != 1 || got[0] != wt.Entry {
-		t.Fatalf("keys = %q, want only the leader's %s", got, wt.Entry)
 	}
 }
 

@@ -89,6 +89,12 @@ func newHarness(t *testing.T) electiontest.Harness {
 			// A killed process's connection drops; its lease is not revoked.
 			b.(*etcdelect.Backend).Client().Close()
 		},
+		Cut: func(_ testing.TB, b election.Backend) {
+			h.mu.Lock()
+			p := h.proxies[b]
+			h.mu.Unlock()
+			p.Cut()
+		},
 		CutOff: func(_ testing.TB, b election.Backend) func() {
 			h.mu.Lock()
 			p := h.proxies[b]

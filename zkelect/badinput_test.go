@@ -1,7 +1,6 @@
 package zkelect_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
-	"github.com/tenure-go/tenure/internal/faultproxy"
-	"github.com/tenure-go/tenure/zkelect"
 )
 
 // TestBadInput_ZKKeysRefusedLikeTheServer: keys CheckKey refuses because
@@ -92,78 +89,4 @@ func TestBadInput_ZKGarbageChildrenAreIgnored(t *testing.T) {
 	if err != nil || !slices.Equal(children, want) {
 		t.Fatalf("children after resign = %q, %v; want the garbage only: %q", children, err, want)
 	}
-}
-
-// TestBadInput_ZKConnectionCutMidCampaign: the server's connection closes
-// (faultproxy's Cut) while a candidate waits; go-zookeeper reconnects within
-// the session, and the campaign goes on to win when the leader resigns; a
-// campaign cancelled around a cut returns ErrCanceled and leaves no node.
-func TestBadInput_ZKConnectionCutMidCampaign(t *testing.T) {
-	ctx := ctxT(t, 60*time.Second)
-	key := secKey(t)
-	proxied := func(id string) (*election.Elector, *faultproxy.Proxy) {
-		p, err := faultproxy.New(server.Endpoint(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		b, err := zkelect.Dial(dctx, []string{p.Addr()}, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := newZKElector(t, b, key, id)
-		t.Cleanup(func() { e.Close(context.Background()); b.Close(); p.Close() })
-		return e, p
-	}
-	leader := newZKElector(t, dialWith(t), key, "leader")
-	lt, err := leader.Campaign(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, wp := proxied("waiter")
-	got := make(chan error, 1)
-	var wt tenure.Term
-	go func() {
-		var err error
-		wt, err = w.Campaign(ctx)
-		got <- err
-	}()
-	waitUntil(t, "the waiter to queue", func() bool { n, err := w.Position(ctx); return err == nil && n == 1 })
-	wp.Cut()
-	time.Sleep(300 * time.Millisecond)
-	if err := leader.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil || wt.Token <= lt.Token {
-			t.Fatalf("Campaign after a cut = %v (token %d), want elected above %d", err, wt.Token, lt.Token)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiter whose connection was cut never got elected")
-	}
-	c, cp := proxied("cancelled")
-	cctx, cancel := context.WithCancel(ctx)
-	cerr := make(chan error, 1)
-	go func() {
-		_, err := c.Campaign(cctx)
-		cerr <- err
-	}()
-	waitUntil(t, "the second waiter to queue", func() bool { n, err := c.Position(ctx); return err == nil && n == 1 })
-	cp.Cut()
-	cancel()
-	select {
-	case err := <-cerr:
-		if !errors.Is(err, tenure.ErrCanceled) {
-			t.Fatalf("cancelled Campaign = %v, want ErrCanceled", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("cancelled Campaign did not return")
-	}
-	raw := rawConn(t, "", "")
-	waitUntil(t, "the cancelled candidate's node to go", func() bool {
-		ch, _, err := raw.Children(key)
-		return err == nil && len(ch) == 1 && key+"/"+ch[0] == wt.Entry
-	})
 }

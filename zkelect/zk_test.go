@@ -113,6 +113,12 @@ func newHarness(t *testing.T, endpoints []string) electiontest.Harness {
 			h.mu.Unlock()
 			p.Blackhole()
 		},
+		Cut: func(_ testing.TB, b election.Backend) {
+			h.mu.Lock()
+			p := h.proxies[b]
+			h.mu.Unlock()
+			p.Cut()
+		},
 		CutOff: func(_ testing.TB, b election.Backend) func() {
 			h.mu.Lock()
 			p := h.proxies[b]

@@ -27,6 +27,10 @@ type Harness struct {
 	Crash func(t testing.TB, b election.Backend)
 	// CutOff blackholes b from the server until heal is called.
 	CutOff func(t testing.TB, b election.Backend) (heal func())
+	// Cut closes b's open connections to the server, as a server that
+	// drops its clients would; b may connect again at once. Optional: the
+	// case that needs it is skipped without it.
+	Cut func(t testing.TB, b election.Backend)
 	// ExpireSession ends, on the server, the session of the candidate
 	// identity queued on key.
 	ExpireSession func(t testing.TB, key, identity string)
@@ -104,6 +108,7 @@ func Run(t *testing.T, h Harness) {
 		{"TwoRunsNeverRunWorkTwice", testTwoRuns},
 		{"BriefCutOffKeepsLeadership", testBriefCutOff},
 		{"NestedKeysAreIndependent", testNestedKeys},
+		{"ConnectionCutMidCampaign", testCutMidCampaign},
 		{"MutexArrivalOrder", testMutexArrivalOrder},
 		{"MutexTryLockUnderContention", testMutexTryLock},
 		{"MutexLossCancelsContextBeforeNextHolder", testMutexLoss},
@@ -118,6 +123,8 @@ func Run(t *testing.T, h Harness) {
 				t.Skip("the backend does not queue in arrival order; a Mutex refuses it")
 			case h.ExpireSession == nil && c.name == "SessionExpiryWhileWaiting":
 				t.Skip("the backend has no server-side sessions to expire")
+			case h.Cut == nil && c.name == "ConnectionCutMidCampaign":
+				t.Skip("the harness cannot cut connections")
 			}
 			c.f(t, h)
 		})
@@ -1007,6 +1014,62 @@ func testNestedKeys(t *testing.T, h Harness) {
 	if l, err := b.Leader(ctx); err != nil || l.Term.Identity != "b" {
 		t.Fatalf("Leader(%q) = %+v, %v; want b", key+"/sub", l, err)
 	}
+}
+
+// testCutMidCampaign: a server that closes a waiter's connections again
+// and again while it waits costs the waiter nothing: it is elected, under a
+// larger term, when the leader resigns. A campaign cancelled while its
+// connections are cut returns ErrCanceled and leaves no entry behind.
+func testCutMidCampaign(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx := ctxT(t, 60*time.Second)
+	leader, _ := h.NewElector(t, key, "leader")
+	lt, err := leader.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, wb := h.NewElector(t, key, "waiter")
+	got := make(chan error, 1)
+	var wt tenure.Term
+	go func() {
+		var err error
+		wt, err = waiter.Campaign(ctx)
+		got <- err
+	}()
+	waitFor(t, 5*h.TTL, "the waiter to queue", func() bool { return position(ctx, waiter) == 1 })
+	for range 5 {
+		h.Cut(t, wb)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil || wt.Token <= lt.Token {
+			t.Fatalf("Campaign after five cuts = %v (token %d), want elected above %d", err, wt.Token, lt.Token)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter whose connections were cut was not elected within 20 s of the resign")
+	}
+	late, lb := h.NewElector(t, key, "cancelled")
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _, err := late.Campaign(cctx); got <- err }()
+	waitFor(t, 5*h.TTL, "the second waiter to queue", func() bool { return position(ctx, late) == 1 })
+	h.Cut(t, lb)
+	cancel()
+	select {
+	case err := <-got:
+		if !errors.Is(err, tenure.ErrCanceled) {
+			t.Fatalf("Campaign cancelled during a cut = %v, want ErrCanceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cancelled Campaign did not return")
+	}
+	if err := waiter.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustVacant(t, h, key) // the cancelled candidate left no entry
 }
 
 // NewMutex returns a Mutex on a new client of h's backend, closed at the end
