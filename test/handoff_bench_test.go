@@ -132,17 +132,14 @@ var keySeq atomic.Int64
 // the resident set of each etcdctl process.
 //
 // All implementations run on the same embedded etcd server, back to back
-// for each N (-bench.contenders).
+// for each N (-bench.contenders), in -bench.repeat interleaved rounds.
 func BenchmarkHandoff(b *testing.B) {
+	names := make([]string, len(impls))
+	for i, im := range impls {
+		names[i] = im.name
+	}
 	for _, n := range contenderCounts(b) {
-		for _, im := range impls {
-			b.Run(fmt.Sprintf("impl=%s/contenders=%d", im.name, n), func(b *testing.B) {
-				if probeRun(b) {
-					return
-				}
-				benchHandoff(b, im, n)
-			})
-		}
+		interleaved(b, n, names, func(b *testing.B, i int) { benchHandoff(b, impls[i], n) })
 	}
 }
 

@@ -149,15 +149,12 @@ func (c *countingContender) campaign(ctx context.Context) error {
 // tenure wakes waiters by a PUBLISH on release; redsync and bsm/redislock
 // poll.
 func BenchmarkRedisHandoff(b *testing.B) {
+	names := make([]string, len(redisImpls))
+	for i, im := range redisImpls {
+		names[i] = im.name
+	}
 	for _, n := range contenderCounts(b) {
-		for _, im := range redisImpls {
-			b.Run(fmt.Sprintf("impl=%s/contenders=%d", im.name, n), func(b *testing.B) {
-				if probeRun(b) {
-					return
-				}
-				benchRedisHandoff(b, im, n)
-			})
-		}
+		interleaved(b, n, names, func(b *testing.B, i int) { benchRedisHandoff(b, redisImpls[i], n) })
 	}
 }
 

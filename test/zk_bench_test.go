@@ -248,25 +248,24 @@ func kazooCommand(key string, n, warm, count int) ([]string, error) {
 // moment the benchmark reads their "start" line to their "finished" line).
 //
 // All implementations run on the package's one ZooKeeper server, back to
-// back for each N. The run fails if two contenders ever hold at once, if no
+// back for each N, in -bench.repeat interleaved rounds. The run fails if two contenders ever hold at once, if no
 // handoff happens for 10 s, or if a node is left under the lock path.
 func BenchmarkZKHandoff(b *testing.B) {
 	if err := warmZKServer(); err != nil {
 		b.Fatal(err)
 	}
+	names := make([]string, len(zkImpls))
+	for i, im := range zkImpls {
+		names[i] = im.name
+	}
 	for _, n := range contenderCounts(b) {
-		for _, im := range zkImpls {
-			b.Run(fmt.Sprintf("impl=%s/contenders=%d", im.name, n), func(b *testing.B) {
-				if probeRun(b) {
-					return
-				}
-				if im.new != nil {
-					benchZKInProcess(b, im, n)
-				} else {
-					benchZKDriver(b, im, n)
-				}
-			})
-		}
+		interleaved(b, n, names, func(b *testing.B, i int) {
+			if im := zkImpls[i]; im.new != nil {
+				benchZKInProcess(b, im, n)
+			} else {
+				benchZKDriver(b, im, n)
+			}
+		})
 	}
 }
 

@@ -4,19 +4,24 @@ import (
 	"bufio"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// result is one sub-benchmark: BenchmarkX/impl=Y[/contenders=N].
+// result is one sub-benchmark: BenchmarkX/impl=Y[/contenders=N], over all
+// its rounds (/round=R, when -bench.repeat ran more than one).
 type result struct {
 	bench      string // "BenchmarkHandoff"
 	impl       string
 	contenders int // 0 when the benchmark has none
-	metrics    map[string]float64
-	notes      []string // the lines a skip or a failure printed
-	failed     bool
-	skipped    bool
+	// metrics holds each figure; over several rounds, its median.
+	metrics map[string]float64
+	// rounds holds each round's figures, in the order the rounds ran.
+	rounds  []map[string]float64
+	notes   []string // the lines a skip or a failure printed
+	failed  bool
+	skipped bool
 }
 
 func (r *result) has(unit string) bool { _, ok := r.metrics[unit]; return ok }
@@ -28,22 +33,55 @@ type results struct {
 	failed bool // the run failed (a FAIL line)
 }
 
-var nameRE = regexp.MustCompile(`^(Benchmark[A-Za-z0-9]+)/impl=([^/\s]+?)(?:/contenders=(\d+))?(?:-\d+)?$`)
+var nameRE = regexp.MustCompile(`^(Benchmark[A-Za-z0-9]+)/impl=([^/\s]+?)(?:/contenders=(\d+))?(?:/round=(\d+))?(?:-\d+)?$`)
 
-func (rs *results) get(name string) *result {
+// get returns the result name belongs to, and the map its figures go in
+// (that round's, when name has one).
+func (rs *results) get(name string) (*result, map[string]float64) {
 	m := nameRE.FindStringSubmatch(name)
 	if m == nil {
-		return nil
+		return nil, nil
 	}
 	key := m[1] + "/" + m[2] + "/" + m[3]
-	if r, ok := rs.byName[key]; ok {
-		return r
+	r, ok := rs.byName[key]
+	if !ok {
+		n, _ := strconv.Atoi(m[3])
+		r = &result{bench: m[1], impl: m[2], contenders: n, metrics: map[string]float64{}}
+		rs.byName[key] = r
+		rs.order = append(rs.order, key)
 	}
-	n, _ := strconv.Atoi(m[3])
-	r := &result{bench: m[1], impl: m[2], contenders: n, metrics: map[string]float64{}}
-	rs.byName[key] = r
-	rs.order = append(rs.order, key)
-	return r
+	if m[4] == "" {
+		return r, r.metrics
+	}
+	round, _ := strconv.Atoi(m[4])
+	for len(r.rounds) < round {
+		r.rounds = append(r.rounds, map[string]float64{})
+	}
+	return r, r.rounds[round-1]
+}
+
+// merge sets each figure of a result that ran in rounds to its median over
+// the rounds that reported it (the mean of the middle two for an even
+// count).
+func (r *result) merge() {
+	if len(r.rounds) == 0 {
+		return
+	}
+	vals := map[string][]float64{}
+	for _, m := range r.rounds {
+		for unit, v := range m {
+			vals[unit] = append(vals[unit], v)
+		}
+	}
+	for unit, vs := range vals {
+		slices.Sort(vs)
+		mid := len(vs) / 2
+		if len(vs)%2 == 1 {
+			r.metrics[unit] = vs[mid]
+		} else {
+			r.metrics[unit] = (vs[mid-1] + vs[mid]) / 2
+		}
+	}
 }
 
 // lookup returns the result of bench/impl at n contenders, or nil.
@@ -63,13 +101,14 @@ func parse(r io.Reader) (*results, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var cur *result // the result whose messages follow
+	var figures map[string]float64
 	for sc.Scan() {
 		line := sc.Text()
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(trimmed, "--- "):
 			word, rest, _ := strings.Cut(strings.TrimPrefix(trimmed, "--- "), ": ")
-			cur = rs.get(strings.TrimSpace(rest))
+			cur, _ = rs.get(strings.TrimSpace(rest))
 			if cur != nil {
 				switch word {
 				case "FAIL":
@@ -83,7 +122,7 @@ func parse(r io.Reader) (*results, error) {
 			}
 		case strings.HasPrefix(line, "Benchmark"):
 			f := strings.Fields(line)
-			cur = rs.get(f[0])
+			cur, figures = rs.get(f[0])
 			if cur == nil || len(f) < 2 {
 				continue
 			}
@@ -93,7 +132,7 @@ func parse(r io.Reader) (*results, error) {
 			for i := 2; i+1 < len(f); i += 2 {
 				v, err := strconv.ParseFloat(f[i], 64)
 				if err == nil {
-					cur.metrics[f[i+1]] = v
+					figures[f[i+1]] = v
 				}
 			}
 		case strings.HasPrefix(line, "    ") && cur != nil:
@@ -103,7 +142,9 @@ func parse(r io.Reader) (*results, error) {
 					msg = m
 				}
 			}
-			cur.notes = append(cur.notes, msg)
+			if !slices.Contains(cur.notes, msg) { // every round says it again
+				cur.notes = append(cur.notes, msg)
+			}
 		case strings.HasPrefix(line, "FAIL"):
 			rs.failed = true
 		default:
@@ -113,6 +154,7 @@ func parse(r io.Reader) (*results, error) {
 	// A result with no figures was skipped (b.Skip in a benchmark prints
 	// "--- BENCH:" or "--- SKIP:").
 	for _, r := range rs.byName {
+		r.merge()
 		if len(r.metrics) == 0 && !r.failed {
 			r.skipped = true
 		}

@@ -71,12 +71,19 @@ type report struct {
 	Machine string
 	Version string
 	Plots   map[string]string // plot name → path relative to the report
+	// Rounds is the most rounds any handoff sub-benchmark ran
+	// (-bench.repeat); each handoff figure is the median over them.
+	Rounds int
 }
 
 func newReport(rs *results, command, title string) *report {
+	rounds := 1
+	for _, r := range rs.byName {
+		rounds = max(rounds, len(r.rounds))
+	}
 	return &report{rs: rs, Title: title, Command: command,
 		Date:    time.Now().UTC().Format("2006-01-02 15:04 UTC"),
-		Machine: machine(), Version: versions()}
+		Machine: machine(), Version: versions(), Rounds: rounds}
 }
 
 func (r *report) render() ([]byte, error) {
@@ -87,6 +94,7 @@ func (r *report) render() ([]byte, error) {
 		"pauseTable":    func() string { return r.pauseTable() },
 		"costTable":     r.costTable,
 		"m":             r.metric,
+		"rounds":        r.roundsOf,
 		"ratio":         r.ratio,
 		"plot":          r.plot,
 		"notes":         r.notesList,
@@ -181,6 +189,29 @@ func (r *report) metric(bname, impl string, n int, unit string) string {
 		bench = b.Bench
 	}
 	return cell(r.rs.lookup(bench, impl, n), unit)
+}
+
+// roundsOf lists a figure's value in each round, in the order the rounds
+// ran ("0.41 / 0.66 / 0.53"), or the single value when there were none.
+func (r *report) roundsOf(bname, impl string, n int, unit string) string {
+	bench := bname
+	if b := r.findBackend(bname); b != nil {
+		bench = b.Bench
+	}
+	res := r.rs.lookup(bench, impl, n)
+	if res == nil || len(res.rounds) == 0 {
+		return cell(res, unit)
+	}
+	var vs []string
+	for _, m := range res.rounds {
+		if v, ok := m[unit]; ok {
+			vs = append(vs, fmtNum(v))
+		}
+	}
+	if len(vs) == 0 {
+		return "–"
+	}
+	return strings.Join(vs, " / ")
 }
 
 func (r *report) findBackend(name string) *backend {
