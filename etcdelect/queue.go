@@ -3,6 +3,7 @@ package etcdelect
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -72,18 +73,33 @@ func (s *session) deleteOwn(ctx context.Context, name string) {
 // outlives a TTL (an entry someone put by hand, without a lease, would
 // block the queue forever). When the newest older key's name is not an
 // entry's, the older keys are listed with their leases and filtered.
-func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, pred *mvccpb.KeyValue, verified bool, ahead int, rev int64, err error) {
+//
+// With minRev > 0, the read may be served from the connected member's own
+// store without a round of agreement (serializable), if that store has
+// reached minRev; otherwise it is read again, linearizably. A store at
+// revision minRev or later is a state the cluster committed, and entries
+// older than t never appear later, so "none older than t" read there
+// holds from then on.
+func (s *session) read(ctx context.Context, t election.Ticket, all bool, minRev int64) (own, pred *mvccpb.KeyValue, verified bool, ahead int, rev int64, err error) {
 	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1)}
 	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(int64(t.Token)-1), clientv3.WithKeysOnly())
 	if all {
 		before = older
 	}
+	ownOpts := []clientv3.OpOption{clientv3.WithKeysOnly()}
+	if minRev > 0 {
+		ownOpts = append(ownOpts, clientv3.WithSerializable())
+		before = append(slices.Clip(before), clientv3.WithSerializable())
+	}
 	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(t.Name, clientv3.WithKeysOnly()),
+		clientv3.OpGet(t.Name, ownOpts...),
 		clientv3.OpGet(prefix(t.Key), before...),
 	).Commit()
 	if err != nil {
 		return nil, nil, false, 0, 0, translate("read queue", err)
+	}
+	if minRev > 0 && resp.Header.Revision < minRev {
+		return s.read(ctx, t, all, 0) // the member lags what we saw: agree first
 	}
 	rev = resp.Header.Revision
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && uint64(kvs[0].CreateRevision) == t.Token {
@@ -114,7 +130,7 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool) (own, p
 
 // Ahead counts the entries older than t.
 func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
-	own, _, _, n, _, err := s.read(ctx, t, true)
+	own, _, _, n, _, err := s.read(ctx, t, true, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -142,6 +158,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	var ow *ownWatch
+	var seen int64 // the revision of the predecessor's delete, once seen
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -158,7 +175,17 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 				continue
 			}
 		}
-		own, pred, verified, _, rev, err := s.read(ctx, t, false)
+		// After a wake-up the read need only reach the revision of the
+		// predecessor's delete, of t's entry, and of the own-entry watch's
+		// start (so that the watch covers whatever the read does not): no
+		// round of agreement, which would wait behind other writes' log
+		// syncs.
+		minRev := int64(0)
+		if seen > 0 {
+			minRev = max(seen, ow.rev, int64(t.Token))
+		}
+		own, pred, verified, _, rev, err := s.read(ctx, t, false, minRev)
+		seen = 0
 		if err != nil {
 			if errors.Is(err, tenure.ErrInvalidConfig) {
 				return err
@@ -178,7 +205,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			s.prove(ow, t)
 			return nil
 		}
-		switch err := s.waitDelete(wctx, ctx, t, pred, verified, rev, ow); {
+		deleted, err := s.waitDelete(wctx, ctx, t, pred, verified, rev, ow)
+		seen = deleted
+		switch {
 		case errors.Is(err, errOwnGone):
 			return s.lost(ctx, t)
 		case errors.Is(err, errOwnWatch):
@@ -198,19 +227,21 @@ var (
 // waitDelete waits until pred is deleted. The watch starts at the current
 // revision (a synced watcher, delivered at once), and pred is re-read after
 // the watch exists, so a delete in between is not missed. It returns nil
-// when pred is gone or on a transient failure (the caller re-reads),
+// when pred is gone or on a transient failure (the caller re-reads), with
+// the revision of the watch response that showed pred gone (0 when no
+// event showed it),
 // errOwnGone when t's entry was deleted, errOwnWatch when the own-entry
 // watch failed. An unverified pred (read keys-only) that is still there a
 // TTL later has its lease checked once; one without its lease is no entry,
 // and the caller re-reads the queue with leases.
-func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, verified bool, readRev int64, ow *ownWatch) error {
+func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, verified bool, readRev int64, ow *ownWatch) (int64, error) {
 	pctx, cancel := context.WithCancel(wctx)
 	defer cancel()
 	pch := s.cli.Watch(pctx, string(pred.Key), clientv3.WithCreatedNotify())
 	createdRev, err := awaitCreatedRev(ctx, pch)
 	if err != nil {
 		pause(ctx)
-		return err
+		return 0, err
 	}
 	// When nothing was written between the read and the watch's creation,
 	// the predecessor still exists and every change to it is delivered.
@@ -223,10 +254,10 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 		g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithKeysOnly())
 		if err != nil {
 			pause(ctx)
-			return err
+			return 0, err
 		}
 		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
-			return nil
+			return 0, nil
 		}
 	}
 	var verify <-chan time.Time
@@ -238,24 +269,24 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case wr, ok := <-pch:
 			if !ok || wr.Err() != nil {
 				pause(ctx)
-				return errors.New("predecessor watch failed")
+				return 0, errors.New("predecessor watch failed")
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != pred.CreateRevision {
-					return nil
+					return wr.Header.Revision, nil
 				}
 			}
 		case wr, ok := <-ow.ch:
 			if !ok || wr.Err() != nil {
-				return errOwnWatch
+				return 0, errOwnWatch
 			}
 			for _, ev := range wr.Events {
 				if lostBy(ev, t.Token) {
-					return errOwnGone
+					return 0, errOwnGone
 				}
 			}
 		case <-verify:
@@ -263,14 +294,14 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			g, err := s.cli.Get(ctx, string(pred.Key))
 			if err != nil {
 				pause(ctx)
-				return err
+				return 0, err
 			}
 			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
-				return nil // gone meanwhile
+				return 0, nil // gone meanwhile
 			}
 			if !isEntry(t.Key, g.Kvs[0]) {
 				s.skip(g.Kvs[0])
-				return nil
+				return 0, nil
 			}
 		}
 	}
@@ -361,6 +392,7 @@ func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket) e
 type ownWatch struct {
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc
+	rev    int64 // the store's revision when the server created it
 }
 
 // ownWatch returns the session's live watch on name, creating it (and
@@ -374,11 +406,12 @@ func (s *session) ownWatch(ctx context.Context, name string) (*ownWatch, error) 
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
 	ch := s.cli.Watch(wctx, name, clientv3.WithCreatedNotify())
-	if err := awaitCreated(ctx, ch); err != nil {
+	rev, err := awaitCreatedRev(ctx, ch)
+	if err != nil {
 		cancel()
 		return nil, err
 	}
-	w = &ownWatch{ch: ch, cancel: cancel}
+	w = &ownWatch{ch: ch, cancel: cancel, rev: rev}
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
 	if old := s.owns[name]; old != nil { // created meanwhile by another call
