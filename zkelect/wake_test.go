@@ -24,18 +24,6 @@ func campaignAsync(ctx context.Context, e *election.Elector) <-chan error {
 	return done
 }
 
-func newWakeElector(t *testing.T, key, id string) *election.Elector {
-	t.Helper()
-	b := dial(t, server.Endpoints())
-	t.Cleanup(b.Close)
-	e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close(context.Background()) })
-	return e
-}
-
 // TestWake_OwnNodeDeletedWithPredecessorIsNotElected: when one transaction
 // (a multi) deletes the holder's node and then the standby's, the standby
 // is woken by its predecessor's delete while its own node's event may not
@@ -48,8 +36,8 @@ func TestWake_OwnNodeDeletedWithPredecessorIsNotElected(t *testing.T) {
 	for round := range 12 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		key := electiontest.Key(t) + "-" + string(rune('a'+round))
-		a := newWakeElector(t, key, "a")
-		b := newWakeElector(t, key, "b")
+		a := newZKElector(t, dialWith(t), key, "a")
+		b := newZKElector(t, dialWith(t), key, "b")
 		if _, err := a.Campaign(ctx); err != nil {
 			t.Fatal(err)
 		}
