@@ -31,20 +31,20 @@ var (
 // first (on the coldest server) or always right after the same peer, and a
 // slow spell of a shared machine falls on different implementations in
 // different rounds.
-func interleaved(b *testing.B, n int, names []string, run func(b *testing.B, i int)) {
+func interleaved[I any](b *testing.B, n int, impls []I, name func(I) string, run func(*testing.B, I)) {
 	rounds := max(*benchRepeat, 1)
 	for r := range rounds {
-		for k := range names {
-			i := (k + r) % len(names)
-			name := fmt.Sprintf("impl=%s/contenders=%d", names[i], n)
+		for k := range impls {
+			im := impls[(k+r)%len(impls)]
+			sub := fmt.Sprintf("impl=%s/contenders=%d", name(im), n)
 			if rounds > 1 {
-				name += fmt.Sprintf("/round=%d", r+1)
+				sub += fmt.Sprintf("/round=%d", r+1)
 			}
-			b.Run(name, func(b *testing.B) {
+			b.Run(sub, func(b *testing.B) {
 				if probeRun(b) {
 					return
 				}
-				run(b, i)
+				run(b, im)
 			})
 		}
 	}

@@ -134,12 +134,8 @@ var keySeq atomic.Int64
 // All implementations run on the same embedded etcd server, back to back
 // for each N (-bench.contenders), in -bench.repeat interleaved rounds.
 func BenchmarkHandoff(b *testing.B) {
-	names := make([]string, len(impls))
-	for i, im := range impls {
-		names[i] = im.name
-	}
 	for _, n := range contenderCounts(b) {
-		interleaved(b, n, names, func(b *testing.B, i int) { benchHandoff(b, impls[i], n) })
+		interleaved(b, n, impls, func(im impl) string { return im.name }, func(b *testing.B, im impl) { benchHandoff(b, im, n) })
 	}
 }
 

@@ -254,13 +254,9 @@ func BenchmarkZKHandoff(b *testing.B) {
 	if err := warmZKServer(); err != nil {
 		b.Fatal(err)
 	}
-	names := make([]string, len(zkImpls))
-	for i, im := range zkImpls {
-		names[i] = im.name
-	}
 	for _, n := range contenderCounts(b) {
-		interleaved(b, n, names, func(b *testing.B, i int) {
-			if im := zkImpls[i]; im.new != nil {
+		interleaved(b, n, zkImpls, func(im zkImpl) string { return im.name }, func(b *testing.B, im zkImpl) {
+			if im.new != nil {
 				benchZKInProcess(b, im, n)
 			} else {
 				benchZKDriver(b, im, n)
