@@ -464,7 +464,7 @@ func versions() string {
 	}
 	deb := func(pkg string) string { return cmd("dpkg-query", "-W", "-f=${Version}", pkg) }
 	mods := map[string]string{}
-	if out, err := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{.Version}}",
+	if out, err := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{.Version}}{{with .Replace}} (patched copy in {{.Path}}){{end}}",
 		"go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/client/v3", "github.com/go-zookeeper/zk",
 		"github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/redis/go-redis/v9").Output(); err == nil {
 		for line := range strings.Lines(string(out)) {
