@@ -167,17 +167,22 @@ func candidateMain() int {
 				}
 				return lctx.Err() == nil
 			}
-			// The leader's work: check the context, do some work (the
-			// sleep), write with the term. A pause between the check and
-			// the write (a GC pause, SIGSTOP) is Kleppmann's case: only
-			// the register's fence stops that write.
+			// The leader's work: check the context, do some work (a read
+			// every fourth round, the sleep), write with the term. A pause
+			// between the check and the write (a GC pause, SIGSTOP) is
+			// Kleppmann's case: only the register's fence stops that
+			// write. Nothing but the check follows a write's answer, so a
+			// process frozen just after one (the stop scenario) sends a
+			// write on waking; a read after the write would often hold
+			// the freeze instead, and on waking the check would end the
+			// work first, leaving the fence unexercised.
 			for working() {
+				if n > 0 && n%4 == 0 {
+					read()
+				}
 				time.Sleep(every)
 				n++
 				write(t.Token, fmt.Sprintf("%s#%d", id, n))
-				if n%4 == 0 {
-					read()
-				}
 			}
 			o.line("WORKEND %d %d", t.Token, mono())
 		},
