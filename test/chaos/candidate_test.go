@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -42,9 +44,12 @@ import (
 //	WR <op> <t> ok|stale|err              its answer
 //	R <op> <t>                            a read is sent
 //	RR <op> <t> <token> <value> | RR <op> <t> err
+//	FREEZE <t>                            it stops itself (SIGUSR1 asked)
 //	EXIT <t> <Run's error>
 //
-// Closing its stdin ends it gracefully: Run resigns and returns.
+// Closing its stdin ends it gracefully: Run resigns and returns. SIGUSR1
+// makes a leader stop itself (SIGSTOP) between its next context check and
+// its next write; SIGCONT resumes it.
 
 // Environment of a candidate process.
 const (
@@ -151,6 +156,10 @@ func candidateMain() int {
 		}
 		o.line("RR %d %d %s %s", op, mono(), f[0], f[1])
 	}
+	freeze := make(chan os.Signal, 1) // SIGUSR1: stop before the next write
+	signal.Notify(freeze, syscall.SIGUSR1)
+	resumed := make(chan os.Signal, 1)
+	signal.Notify(resumed, syscall.SIGCONT)
 	n := 0
 	err = e.Run(ctx, tenure.Callbacks{
 		OnElected: func(lctx context.Context, t tenure.Term) {
@@ -171,16 +180,31 @@ func candidateMain() int {
 			// every fourth round, the sleep), write with the term. A pause
 			// between the check and the write (a GC pause, SIGSTOP) is
 			// Kleppmann's case: only the register's fence stops that
-			// write. Nothing but the check follows a write's answer, so a
-			// process frozen just after one (the stop scenario) sends a
-			// write on waking; a read after the write would often hold
-			// the freeze instead, and on waking the check would end the
-			// work first, leaving the fence unexercised.
+			// write. The stop scenario asks for that pause with SIGUSR1,
+			// and the process stops itself in the sleep, so the pause
+			// falls between the check and the write whenever the signal
+			// arrives; a SIGSTOP sent from outside on seeing a write's
+			// answer could land in the next read or write instead, and on
+			// waking the check would end the work first, leaving the fence
+			// unexercised.
 			for working() {
 				if n > 0 && n%4 == 0 {
 					read()
 				}
-				time.Sleep(every)
+				select {
+				case <-time.After(every):
+				case <-freeze:
+					o.line("FREEZE %d", mono())
+					select { // an earlier resumption's
+					case <-resumed:
+					default:
+					}
+					// kill(2) returns before every thread has stopped:
+					// wait for the SIGCONT that ends the stop, so that
+					// nothing runs between the stop and the write.
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+					<-resumed
+				}
 				n++
 				write(t.Token, fmt.Sprintf("%s#%d", id, n))
 			}

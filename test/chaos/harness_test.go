@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -82,7 +83,6 @@ type proc struct {
 	exitAt   int64
 	stops    []int64 // SIGSTOP times
 	frozen   bool
-	answered int // writes answered
 }
 
 // termInfo is one term as the candidate that held it reported it.
@@ -242,9 +242,6 @@ func (l *lane) event(p *proc, line string) {
 			return
 		}
 		delete(l.open, k)
-		if f[0] == "WR" {
-			p.answered++
-		}
 		o.ret = i64(2)
 		o.res = f[3]
 		if f[0] == "RR" && len(f) >= 5 {
@@ -302,28 +299,6 @@ func (l *lane) awaitWritingLeader(timeout time.Duration) (*termInfo, error) {
 	}
 }
 
-// awaitAnswer waits until one more of p's writes has been answered, so
-// that p is in the pause between two writes; it gives up after timeout.
-func (l *lane) awaitAnswer(p *proc, timeout time.Duration) {
-	l.mu.Lock()
-	n := p.answered
-	l.mu.Unlock()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		ch := l.wait()
-		l.mu.Lock()
-		m := p.answered
-		l.mu.Unlock()
-		if m > n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
 // successor returns the first term elected after old (a larger token), or
 // nil.
 func (l *lane) successor(old uint64) *termInfo {
@@ -343,6 +318,37 @@ func (l *lane) alive(t *termInfo) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return t.ctxEnd == 0 && t.workEnd == 0 && t.p.killedAt == 0 && t.p.exitAt == 0
+}
+
+// freezeBeforeWrite asks p, a leader, to stop itself (SIGSTOP) between its
+// context check and its next write, and waits until the kernel shows it
+// stopped; the stop is recorded then.
+func (p *proc) freezeBeforeWrite(timeout time.Duration) error {
+	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		if err != nil {
+			return err
+		}
+		// "pid (comm) state ...": the state follows the last ')'.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't') {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not stop itself within %v of SIGUSR1", p.id, timeout)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	l := p.s.l
+	l.mu.Lock()
+	p.stops = append(p.stops, mono())
+	p.frozen = true
+	l.notify()
+	l.mu.Unlock()
+	return nil
 }
 
 func (p *proc) signal(sig syscall.Signal) error {

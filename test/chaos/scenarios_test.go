@@ -63,11 +63,10 @@ var scenarios = []scenario{
 	{
 		name: "stop",
 		inject: func(r *run, l *lane, t *termInfo) (func() error, time.Duration, error) {
-			// Freeze it just after a write was answered: in the pause
-			// before its next write, which it sends on waking without
-			// looking at its context again (Kleppmann's case).
-			l.awaitAnswer(t.p, time.Second)
-			if err := t.p.signal(syscall.SIGSTOP); err != nil {
+			// Freeze it in the pause before its next write, which it
+			// sends on waking without looking at its context again
+			// (Kleppmann's case): SIGUSR1 makes it stop itself there.
+			if err := t.p.freezeBeforeWrite(time.Second); err != nil {
 				return nil, 0, err
 			}
 			return func() error {
