@@ -127,6 +127,8 @@ func TestEnsemble_LeaderServerKilled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
+	var electors []*election.Elector
+	var backends []*zkelect.Backend
 	for i := range 3 {
 		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 		b, err := zkelect.Dial(dctx, ens.Endpoints(), sessionTimeout)
@@ -140,6 +142,7 @@ func TestEnsemble_LeaderServerKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer e.Close(context.Background())
+		electors, backends = append(electors, e), append(backends, b)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -176,7 +179,42 @@ func TestEnsemble_LeaderServerKilled(t *testing.T) {
 	if err := ens.Kill(leader); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "elections after the kill", func() bool { mu.Lock(); defer mu.Unlock(); return afterKill >= 20 })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := afterKill
+		mu.Unlock()
+		if n >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			// What each candidate and the servers hold, for the next one
+			// to read: this has failed once, under make test's load.
+			for i, e := range electors {
+				sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+				st := e.Status(sctx)
+				scancel()
+				leader := "unread"
+				if st.Leader != nil {
+					leader = fmt.Sprintf("%+v", *st.Leader)
+				}
+				c := backends[i].Conn()
+				t.Logf("candidate %d: %+v, leader %s; connection %v, session %#x, server %s", i, st, leader, c.State(), c.SessionID(), c.Server())
+			}
+			if raw, _, err := zk.Connect(ens.Endpoints(), sessionTimeout, zk.WithLogInfo(false)); err == nil {
+				children, _, err := raw.Children(key)
+				t.Logf("children of %s: %v (%v)", key, children, err)
+				for _, c := range children {
+					if _, st, err := raw.Get(key + "/" + c); err == nil {
+						t.Logf("  %s: czxid %d, owner %#x", c, st.Czxid, st.EphemeralOwner)
+					}
+				}
+				raw.Close()
+			}
+			t.Fatalf("timed out waiting for elections after the kill: %d of 20 (ZooKeeper leader server %d killed)", n, leader)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	cancel()
 	wg.Wait()
 	mu.Lock()
