@@ -182,23 +182,25 @@ func (r *report) best(b backend, n int, unit string, high bool) (float64, string
 	return bv, bp
 }
 
-// metric returns a figure for the prose: m "zookeeper" "tenure" 100 "p50-ms".
-func (r *report) metric(bname, impl string, n int, unit string) string {
+// result finds impl's result at n contenders on the backend named bname
+// (or in the benchmark named bname), or nil.
+func (r *report) result(bname, impl string, n int) *result {
 	bench := bname
 	if b := r.findBackend(bname); b != nil {
 		bench = b.Bench
 	}
-	return cell(r.rs.lookup(bench, impl, n), unit)
+	return r.rs.lookup(bench, impl, n)
+}
+
+// metric returns a figure for the prose: m "zookeeper" "tenure" 100 "p50-ms".
+func (r *report) metric(bname, impl string, n int, unit string) string {
+	return cell(r.result(bname, impl, n), unit)
 }
 
 // roundsOf lists a figure's value in each round, in the order the rounds
 // ran ("0.41 / 0.66 / 0.53"), or the single value when there were none.
 func (r *report) roundsOf(bname, impl string, n int, unit string) string {
-	bench := bname
-	if b := r.findBackend(bname); b != nil {
-		bench = b.Bench
-	}
-	res := r.rs.lookup(bench, impl, n)
+	res := r.result(bname, impl, n)
 	if res == nil || len(res.rounds) == 0 {
 		return cell(res, unit)
 	}
