@@ -14,7 +14,9 @@ demo:
 # (internal/cmd/benchreport runs `go test -bench . ./test/`): handoff latency
 # and acquires/s at 2 to 1,000 contenders on etcd, ZooKeeper and Redis,
 # crash failover and pause overlap with real processes, cost per candidate
-# and per handoff. Writes docs/benchmarks.md and its plots in docs/img.
+# and per handoff. Writes docs/benchmarks.md, the run's raw output in
+# docs/benchmarks.txt (render again with benchreport -in) and the plots in
+# docs/img.
 # Fails if a benchmark fails (two holders, a stall), never on speed. The
 # handoff benchmarks run in three interleaved rounds (-bench.repeat), each
 # starting one implementation later; the report gives each figure's median.

@@ -5,7 +5,12 @@
 // and make bench-quick run it.
 //
 //	go run ./internal/cmd/benchreport [-benchtime 300x] [-out docs/benchmarks.md] [-img docs/img] [-- benchmark flags]
-//	go run ./internal/cmd/benchreport -in raw.txt ...   (render a saved run's output)
+//	go run ./internal/cmd/benchreport -in docs/benchmarks.txt ...   (render a saved run's output)
+//
+// A run also saves the benchmarks' output next to the report (the report's
+// name with .txt for .md), headed by the run's date and command, so that
+// every figure can be traced to its line and the report rendered again
+// (after a change to the template) without running the benchmarks again.
 //
 // It streams the benchmark output to stdout, and exits non-zero when the
 // run failed (two holders, a stall, a driver error): the report is still
@@ -42,7 +47,7 @@ func run() int {
 	benchArgs := flag.Args()
 
 	var raw []byte
-	var command string
+	var command, date string
 	status := 0
 	if *in != "" {
 		b, err := os.ReadFile(*in)
@@ -51,7 +56,11 @@ func run() int {
 			return 1
 		}
 		raw = b
-		command = *commandText
+		savedDate, savedCommand := savedHeader(raw)
+		command, date = *commandText, savedDate
+		if command == "" {
+			command = savedCommand
+		}
 		if command == "" {
 			command = "(rendered from " + *in + ")"
 		}
@@ -73,6 +82,16 @@ func run() int {
 		}
 		fmt.Printf("benchmarks took %v\n", time.Since(start).Round(time.Second))
 		raw = buf.Bytes()
+		date = reportDate(time.Now())
+		if *out != "-" {
+			saved := strings.TrimSuffix(*out, filepath.Ext(*out)) + ".txt"
+			head := fmt.Sprintf("%s%s\n%s%s\n", dateHeader, date, commandHeader, command)
+			if err := os.WriteFile(saved, append([]byte(head), raw...), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "benchreport:", err)
+				return 1
+			}
+			fmt.Printf("wrote %s\n", saved)
+		}
 	}
 	rs, err := parse(bytes.NewReader(raw))
 	if err != nil {
@@ -83,6 +102,9 @@ func run() int {
 		status = 1
 	}
 	rep := newReport(rs, command, *title)
+	if date != "" {
+		rep.Date = date
+	}
 	if *img != "" {
 		if err := os.MkdirAll(*img, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "benchreport:", err)
@@ -130,4 +152,27 @@ func shellJoin(args []string) string {
 		}
 	}
 	return strings.Join(q, " ")
+}
+
+// The header lines of a saved run.
+const (
+	dateHeader    = "benchreport-date: "
+	commandHeader = "benchreport-command: "
+)
+
+// savedHeader returns the date and command a saved run starts with, or
+// empty strings.
+func savedHeader(raw []byte) (date, command string) {
+	for line := range strings.Lines(string(raw)) {
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, dateHeader):
+			date = strings.TrimPrefix(line, dateHeader)
+		case strings.HasPrefix(line, commandHeader):
+			command = strings.TrimPrefix(line, commandHeader)
+		default:
+			return date, command
+		}
+	}
+	return date, command
 }

@@ -77,3 +77,25 @@ BenchmarkRedisHandoff/impl=redsync/contenders=2/round=2-2 	 300	 1 ns/op	 300 p9
 		t.Errorf("p99 = %v, want 200", got)
 	}
 }
+
+// TestSavedHeader: a saved run gives back the date and command it was
+// saved with, and its benchmark lines parse as if the header were not
+// there; output without the header gives empty strings.
+func TestSavedHeader(t *testing.T) {
+	raw := dateHeader + "2026-11-29 15:11 UTC\n" + commandHeader + "go test -bench . ./test/\n" +
+		"BenchmarkZKHandoff/impl=tenure/contenders=10-2         	     300	    700000 ns/op	         0.60 p50-ms\n"
+	date, command := savedHeader([]byte(raw))
+	if date != "2026-11-29 15:11 UTC" || command != "go test -bench . ./test/" {
+		t.Errorf("savedHeader = %q, %q", date, command)
+	}
+	rs, err := parse(strings.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rs.lookup("BenchmarkZKHandoff", "tenure", 10); r == nil || r.metrics["p50-ms"] != 0.60 {
+		t.Errorf("the benchmark line under the header did not parse: %+v", r)
+	}
+	if d, c := savedHeader([]byte("goos: linux\n" + dateHeader + "x\n")); d != "" || c != "" {
+		t.Errorf("a header after other output was read: %q, %q", d, c)
+	}
+}

@@ -82,9 +82,12 @@ func newReport(rs *results, command, title string) *report {
 		rounds = max(rounds, len(r.rounds))
 	}
 	return &report{rs: rs, Title: title, Command: command,
-		Date:    time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		Date:    reportDate(time.Now()),
 		Machine: machine(), Version: versions(), Rounds: rounds}
 }
+
+// reportDate is how the report dates a run.
+func reportDate(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
 
 func (r *report) render() ([]byte, error) {
 	t, err := template.New("report").Funcs(template.FuncMap{
