@@ -37,7 +37,9 @@ type Backend interface {
 	Observe(ctx context.Context, key string, emit func(tenure.Leader)) error
 }
 
-// SessionOptions configure Backend.OpenSession.
+// SessionOptions configure Backend.OpenSession. TTL and RenewInterval have
+// no default (the Elector fills them from its Config); a nil Now means
+// time.Now. A plain value: OpenSession reads it once.
 type SessionOptions struct {
 	// TTL is the lease's time to live on the server.
 	TTL time.Duration
@@ -48,7 +50,8 @@ type SessionOptions struct {
 	Now func() time.Time
 }
 
-// Renewal is the outcome of one attempt to renew a session's lease.
+// Renewal is the outcome of one attempt to renew a session's lease. A plain
+// value, safe to copy and to send between goroutines.
 type Renewal struct {
 	// Sent is the local time at which the renewal request was sent, read
 	// before sending. The server counts TTL from a later instant.
@@ -60,7 +63,8 @@ type Renewal struct {
 	Err error
 }
 
-// Ticket is a candidate's entry in a key's queue.
+// Ticket is a candidate's entry in a key's queue. A plain value, safe to
+// copy; a Session is what is shared.
 type Ticket struct {
 	// Key is the election key.
 	Key string

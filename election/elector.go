@@ -12,7 +12,9 @@ import (
 	"github.com/tenure-go/tenure"
 )
 
-// Option injects a dependency into New.
+// Option injects a dependency into New. Options are applied once, by New;
+// without any, an Elector logs nowhere, registers no metrics and uses the
+// system clock.
 type Option func(*Elector)
 
 // WithLogger sets the logger. Default: zap.NewNop(). Every line carries the

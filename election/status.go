@@ -11,7 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Status is a snapshot of an Elector, as /status reports it.
+// Status is a snapshot of an Elector, as /status reports it: a plain value,
+// safe to copy and encode, that does not change after Status returns it.
 type Status struct {
 	// State is "leader", "suspended" (leading while renewals fail),
 	// "campaigning", "idle" or "closed".
@@ -35,7 +36,7 @@ type Status struct {
 	Wedged string `json:"wedged,omitempty"`
 }
 
-// LeaderStatus is the observed leader in a Status.
+// LeaderStatus is the observed leader in a Status; a plain value.
 type LeaderStatus struct {
 	Vacant   bool   `json:"vacant"`
 	Identity string `json:"identity,omitempty"`

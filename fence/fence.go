@@ -14,7 +14,8 @@ import (
 // one the resource has already accepted, or the holder no longer holds.
 var ErrStale = errors.New("tenure: stale term")
 
-// StaleError details a refusal. It wraps ErrStale.
+// StaleError details a refusal. It wraps ErrStale. A plain value, safe to
+// share once returned.
 type StaleError struct {
 	// Resource is the fenced resource's name.
 	Resource string

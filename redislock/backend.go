@@ -24,7 +24,8 @@ import (
 // Name is the backend's name in terms, logs and metrics.
 const Name = "redis"
 
-// Options tune the backend. The zero value is ready to use.
+// Options tune the backend. The zero value is ready to use; each field
+// states its default. A plain value: Dial keeps its own copy.
 type Options struct {
 	// DriftFactor is the clock drift allowed between this process and the
 	// Redis servers, as a fraction of the TTL; 2 ms are added to it, as

@@ -21,7 +21,8 @@ import (
 // Name is the backend's name in terms, logs and metrics.
 const Name = "zookeeper"
 
-// Option configures Dial.
+// Option configures Dial, which applies it once; without options, nodes
+// get OpenACL, the connection no credentials and the log goes nowhere.
 type Option func(*options)
 
 type options struct {

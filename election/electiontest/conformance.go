@@ -14,7 +14,11 @@ import (
 	"github.com/tenure-go/tenure/election"
 )
 
-// Harness adapts a backend to the conformance suite.
+// Harness adapts a backend to the conformance suite. NewBackend, TTL,
+// Crash, CutOff and ExpireSession are required; the fields documented as
+// optional may be left zero. The suite calls its functions one at a time,
+// from the test's goroutine, while other goroutines use the backends they
+// act on.
 type Harness struct {
 	// NewBackend returns a new client of the backend under test, as
 	// independent of the others as a separate process's would be. The
