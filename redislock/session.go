@@ -464,11 +464,19 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 	}
 	if notOurs > len(b.masters)-b.quorum() {
 		// A quorum is impossible: the key expired, and maybe another holds.
-		err := fmt.Errorf("%w: redislock: %q is no longer this holder's on %d of %d masters (it expired before the watchdog extended it)",
+		err := fmt.Errorf("%w: redislock: %q is no longer this holder's on %d of %d masters (it expired before the watchdog extended it, was deleted, or went with a restart)",
 			tenure.ErrOwnershipLost, e.t.Key, notOurs, len(b.masters))
 		e.held = false
 		e.lostErr = err
 		close(e.lost)
+		// The entry is spent (its channels have fired): the next campaign
+		// of this session on the key gets a new one. Dequeue of the lost
+		// ticket then finds nothing to delete, as none of it is ours.
+		s.mu.Lock()
+		if s.entries[e.t.Name] == e {
+			delete(s.entries, e.t.Name)
+		}
+		s.mu.Unlock()
 		return err
 	}
 	return b.quorumErr("extend "+e.t.Key, rs, ok+notOurs)
