@@ -102,6 +102,13 @@ func newHarness(t *testing.T) electiontest.Harness {
 			p.Blackhole()
 			return p.Heal
 		},
+		DeleteEntry: func(t testing.TB, term tenure.Term) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if r, err := h.admin.Delete(ctx, term.Entry); err != nil || r.Deleted != 1 {
+				t.Fatalf("delete %s: %v (deleted %v)", term.Entry, err, r)
+			}
+		},
 		ExpireSession: func(t testing.TB, key, identity string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/goleak"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/election/electiontest"
 	"github.com/tenure-go/tenure/internal/faultproxy"
@@ -125,6 +126,11 @@ func newHarness(t *testing.T, endpoints []string) electiontest.Harness {
 			h.mu.Unlock()
 			p.Blackhole()
 			return p.Heal
+		},
+		DeleteEntry: func(t testing.TB, term tenure.Term) {
+			if err := h.admin.Delete(term.Entry, -1); err != nil {
+				t.Fatalf("delete %s: %v", term.Entry, err)
+			}
 		},
 		ExpireSession: func(t testing.TB, key, identity string) {
 			// ZooKeeper has no call that kills another client's session: cut

@@ -38,6 +38,10 @@ type Harness struct {
 	// ExpireSession ends, on the server, the session of the candidate
 	// identity queued on key.
 	ExpireSession func(t testing.TB, key, identity string)
+	// DeleteEntry deletes term's entry on the server (term.Entry; on Redis
+	// the key), as an operator "unsticking" a lock would. Optional: the
+	// case that needs it is skipped without it.
+	DeleteEntry func(t testing.TB, term tenure.Term)
 	// FailoverSlack is how much longer than TTL a crash failover may take:
 	// the server's expiry granularity plus one watch delivery and one read.
 	FailoverSlack time.Duration
@@ -100,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"SessionExpiryWhileWaiting", testSessionExpiryWhileWaiting},
 		{"TryCampaign", testTryCampaign},
 		{"FailedResignNeverReusesTerm", testFailedResignNewTerm},
+		{"DeletedEntryDemotesThenCampaignsAgain", testDeletedEntry},
 		{"CrashFailoverWithinTTL", testCrashFailover},
 		{"CutOffLeaderDemotesBeforeSuccessor", testCutOffDemotesFirst},
 		{"RunStopsWorkThenResigns", testRunStops},
@@ -129,6 +134,8 @@ func Run(t *testing.T, h Harness) {
 				t.Skip("the backend has no server-side sessions to expire")
 			case h.Cut == nil && c.name == "ConnectionCutMidCampaign":
 				t.Skip("the harness cannot cut connections")
+			case h.DeleteEntry == nil && c.name == "DeletedEntryDemotesThenCampaignsAgain":
+				t.Skip("the harness cannot delete entries")
 			}
 			c.f(t, h)
 		})
@@ -1299,4 +1306,72 @@ func testMutexCloseWakes(t *testing.T, h Harness) {
 	case <-time.After(2 * h.TTL):
 		t.Fatal("a Lock waiting behind the holder did not return after Close")
 	}
+}
+
+// testDeletedEntry: the holder's entry is deleted behind its back (an
+// operator unsticking a lock, a server restart that lost it). Run's term
+// ends with tenure.ErrOwnershipLost, and its next campaign, on the same
+// elector and session, is elected with a larger token and keeps its term:
+// nothing of the spent entry (its loss signal, its token) is reused.
+func testDeletedEntry(t *testing.T, h Harness) {
+	ctx := ctxT(t, 30*time.Second+8*h.TTL)
+	e, _ := h.NewElector(t, Key(t), "a")
+	type event struct {
+		elected bool
+		term    tenure.Term
+		reason  error
+	}
+	events := make(chan event, 8)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() {
+		runErr <- e.Run(runCtx, tenure.Callbacks{
+			OnElected: func(lctx context.Context, term tenure.Term) {
+				events <- event{elected: true, term: term}
+				<-lctx.Done()
+			},
+			OnDemoted: func(term tenure.Term, reason error) { events <- event{term: term, reason: reason} },
+		})
+	}()
+	next := func(what string, within time.Duration) event {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(within):
+			t.Fatalf("no %s within %v", what, within)
+			return event{}
+		}
+	}
+	first := next("election", 10*time.Second)
+	if !first.elected {
+		t.Fatalf("first event %+v, want an election", first)
+	}
+	deleted := time.Now()
+	h.DeleteEntry(t, first.term)
+	demoted := next("demotion after the entry was deleted", 2*h.TTL)
+	if demoted.elected || demoted.term.Token != first.term.Token || !errors.Is(demoted.reason, tenure.ErrOwnershipLost) {
+		t.Fatalf("after the delete: %+v, want term %d demoted with ErrOwnershipLost", demoted, first.term.Token)
+	}
+	lostAfter := time.Since(deleted)
+	second := next("election after the demotion", 2*h.TTL+5*time.Second)
+	if !second.elected || second.term.Token <= first.term.Token {
+		t.Fatalf("after the demotion: %+v, want an election with a token above %d", second, first.term.Token)
+	}
+	// The new term holds across renewals (TTL/3 each by default).
+	select {
+	case ev := <-events:
+		t.Fatalf("the new term ended at once: %+v", ev)
+	case <-time.After(h.TTL):
+	}
+	if !e.IsLeader() {
+		t.Fatal("IsLeader is false during the new term")
+	}
+	stop()
+	if err := <-runErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+	t.Logf("term %d demoted %v after its entry was deleted; term %d elected and held",
+		first.term.Token, lostAfter.Round(time.Millisecond), second.term.Token)
 }

@@ -106,6 +106,21 @@ func (m *Memory) ExpireSession(key, identity string) bool {
 	return false
 }
 
+// DeleteEntry deletes the entry with token under key, as an operator
+// would, and reports whether it found one.
+func (m *Memory) DeleteEntry(key string, token uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.queues[key]
+	n := len(q)
+	m.queues[key] = slices.DeleteFunc(q, func(e entry) bool { return e.token == token })
+	if len(m.queues[key]) == n {
+		return false
+	}
+	m.notifyLocked()
+	return true
+}
+
 // Entries returns how many entries key's queue holds (for leak checks).
 func (m *Memory) Entries(key string) int {
 	m.mu.Lock()

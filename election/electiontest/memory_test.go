@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 )
 
@@ -24,6 +25,11 @@ func memoryHarness(t *testing.T) Harness {
 		ExpireSession: func(t testing.TB, key, id string) {
 			if !m.ExpireSession(key, id) {
 				t.Fatalf("no session of %s on %s", id, key)
+			}
+		},
+		DeleteEntry: func(t testing.TB, term tenure.Term) {
+			if !m.DeleteEntry(term.Key, term.Token) {
+				t.Fatalf("no entry %d on %s", term.Token, term.Key)
 			}
 		},
 	}
