@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -80,6 +81,7 @@ type proc struct {
 
 	// guarded by the lane's mu
 	killedAt int64
+	quitAt   int64 // SIGQUIT (diagnose): its exit status 2 is expected
 	exitAt   int64
 	stops    []int64 // SIGSTOP times
 	frozen   bool
@@ -177,10 +179,16 @@ func (s *slot) spawn() error {
 		for sc.Scan() {
 			l.event(p, sc.Text())
 		}
-		_ = cmd.Wait()
+		err := cmd.Wait()
 		l.mu.Lock()
 		if p.exitAt == 0 {
 			p.exitAt = mono()
+		}
+		// A Go program exits with status 2 on a panic or a fatal error (and
+		// on SIGQUIT, which diagnose sends): a candidate must never die so.
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 2 && p.quitAt == 0 {
+			r.fail("candidate %s died with exit status 2 (a panic or fatal error: its stack is on stderr)", p.id)
 		}
 		l.notify()
 		l.mu.Unlock()
@@ -358,6 +366,8 @@ func (p *proc) signal(sig syscall.Signal) error {
 	switch sig {
 	case syscall.SIGKILL:
 		p.killedAt = now
+	case syscall.SIGQUIT:
+		p.quitAt = now
 	case syscall.SIGSTOP:
 		p.stops = append(p.stops, now)
 		p.frozen = true
@@ -410,7 +420,7 @@ func (l *lane) observe(at int64, old *termInfo, bound time.Duration, mayKeep boo
 			l.mu.Lock()
 			l.faults = append(l.faults, f)
 			l.mu.Unlock()
-			v := violation{3, fmt.Sprintf("lane %d: no leader after term %d within %v of the fault", l.idx, old.token, elapsed.Round(time.Millisecond))}
+			v := violation{livenessInvariant, fmt.Sprintf("lane %d: no leader after term %d within %v of the fault", l.idx, old.token, elapsed.Round(time.Millisecond))}
 			l.diagnose(v.what)
 			return f, []violation{v}
 		}

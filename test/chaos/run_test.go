@@ -94,7 +94,7 @@ func doRun(c runConfig) (res result) {
 	// follow every fault.
 	for _, l := range r.lanes {
 		if _, err := l.awaitWritingLeader(30 * time.Second); err != nil {
-			res.violations = append(res.violations, violation{3, err.Error()})
+			res.violations = append(res.violations, violation{livenessInvariant, err.Error()})
 		}
 	}
 	res.violations = append(res.violations, r.stopAll()...)
