@@ -321,6 +321,21 @@ func (l *lane) successor(old uint64) *termInfo {
 	return first
 }
 
+// startedAfter returns the first term other than old that began after
+// mono time at, or nil: the successor on a backend whose tokens are not
+// authoritative (a Redis restart starts them again at 1).
+func (l *lane) startedAfter(at int64, old *termInfo) *termInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first *termInfo
+	for _, t := range l.terms {
+		if t != old && t.start > at && (first == nil || t.start < first.start) {
+			first = t
+		}
+	}
+	return first
+}
+
 // alive reports whether term t still runs.
 func (l *lane) alive(t *termInfo) bool {
 	l.mu.Lock()
@@ -398,13 +413,17 @@ func (l *lane) observe(at int64, old *termInfo, bound time.Duration, mayKeep boo
 		ch := l.wait()
 		extend()
 		deadline = time.Now().Add(time.Duration(at-mono()) + bound + 3*time.Second)
-		if s := l.successor(old.token); s != nil {
+		s := l.successor(old.token)
+		if !l.r.be.linearizable {
+			s = l.startedAfter(at, old)
+		}
+		if s != nil {
 			f.failover = time.Duration(s.start - at)
 			l.mu.Lock()
 			l.faults = append(l.faults, f)
 			l.mu.Unlock()
 			if f.failover > bound {
-				return f, []violation{{3, fmt.Sprintf("lane %d: term %d elected %v after the fault, bound %v (server leader changed: %v)", l.idx, s.token, f.failover.Round(time.Millisecond), bound, f.serverLeader)}}
+				return f, []violation{{livenessInvariant, fmt.Sprintf("lane %d: term %d elected %v after the fault, bound %v (server leader changed: %v)", l.idx, s.token, f.failover.Round(time.Millisecond), bound, f.serverLeader)}}
 			}
 			return f, nil
 		}
