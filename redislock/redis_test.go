@@ -670,3 +670,57 @@ func TestServerRestartDemotesHolder(t *testing.T) {
 		t.Fatal("waiter not elected within 5 s of the restart")
 	}
 }
+
+// TestEntryOfEndedTermIsNotReused: a session whose term ended without a
+// release (at a lease deadline, the key still its own) hands the entry back
+// with the token it drew, so the elector deletes it and campaigns anew (a
+// new term must get a larger token); and an entry the watchdog found lost
+// is spent: its ticket fails instead of taking the key again.
+func TestEntryOfEndedTermIsNotReused(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	h := &harness{proxies: map[election.Backend]*faultproxy.Proxy{}, clients: map[election.Backend]*redis.Client{}}
+	key := electiontest.Key(t)
+	b := h.newBackend(t)
+	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: time.Second, RenewInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	t0, err := s.Enqueue(ctx, key, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.WaitHead(ctx, t0)
+	if err != nil || held.Token == 0 {
+		t.Fatalf("WaitHead = %+v, %v", held, err)
+	}
+	again, err := s.Enqueue(ctx, key, "a")
+	if err != nil || again.Name != held.Name || again.Token != held.Token {
+		t.Fatalf("Enqueue while the entry holds = %+v, %v; want its ticket with token %d", again, err, held.Token)
+	}
+	if err := s.Dequeue(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := s.Enqueue(ctx, key, "a")
+	if err != nil || fresh.Name == held.Name || fresh.Token != 0 {
+		t.Fatalf("Enqueue after Dequeue = %+v, %v; want a new entry without a token", fresh, err)
+	}
+	next, err := s.WaitHead(ctx, fresh)
+	if err != nil || next.Token <= held.Token {
+		t.Fatalf("the new entry's WaitHead = %+v, %v; want a token above %d", next, err, held.Token)
+	}
+
+	// The key goes behind the holder's back: the watchdog finds it lost.
+	if err := client(t, srv.Addr()).Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WatchLoss(ctx, next); !errors.Is(err, tenure.ErrOwnershipLost) {
+		t.Fatalf("WatchLoss = %v, want ErrOwnershipLost", err)
+	}
+	if got, err := s.WaitHead(ctx, next); !errors.Is(err, tenure.ErrOwnershipLost) {
+		t.Fatalf("WaitHead on the lost ticket = %+v, %v; want ErrOwnershipLost", got, err)
+	}
+	if n, err := client(t, srv.Addr()).Exists(ctx, key).Result(); err != nil || n != 0 {
+		t.Fatalf("the lost ticket's WaitHead took the key again (EXISTS %d, %v)", n, err)
+	}
+}

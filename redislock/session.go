@@ -67,7 +67,11 @@ func (s *session) alive() error {
 
 // Enqueue implements election.Session. Redis has no queue: the entry exists
 // only in this process until WaitHead or Ahead acquires the key. The token
-// is issued at acquisition (see election.Session.WaitHead).
+// is issued at acquisition (see election.Session.WaitHead). An entry the
+// session already has for key is returned; when it still holds the key
+// (its term ended without a release, as at a lease deadline), with the
+// token it drew, so that the elector deletes it and campaigns with a new
+// entry and a larger token.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
 	if err := CheckKey(key); err != nil {
 		return election.Ticket{}, err
@@ -76,15 +80,23 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 		return election.Ticket{}, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return election.Ticket{}, tenure.ErrClosed
 	}
 	for _, e := range s.entries {
 		if e.t.Key == key {
-			return e.t, nil
+			s.mu.Unlock()
+			e.mu.Lock() // with s.mu released: Dequeue and extend take e.mu, then s.mu
+			defer e.mu.Unlock()
+			t := e.t
+			if e.held {
+				t.Token = e.token
+			}
+			return t, nil
 		}
 	}
+	defer s.mu.Unlock()
 	e := &entry{
 		t:      election.Ticket{Key: key, Identity: identity, Name: newRandom()},
 		heldCh: make(chan struct{}),
@@ -469,9 +481,11 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 		e.held = false
 		e.lostErr = err
 		close(e.lost)
-		// The entry is spent (its channels have fired): the next campaign
-		// of this session on the key gets a new one. Dequeue of the lost
-		// ticket then finds nothing to delete, as none of it is ours.
+		// The entry is spent (its channels have fired): a campaign still
+		// holding it fails (acquire), and the next campaign of this session
+		// on the key gets a new one. Dequeue of the lost ticket then finds
+		// nothing to delete, as none of it is ours.
+		e.removed = true
 		s.mu.Lock()
 		if s.entries[e.t.Name] == e {
 			delete(s.entries, e.t.Name)
