@@ -102,8 +102,24 @@ func (h *harness) newBackend(t testing.TB) election.Backend {
 	return b
 }
 
+// newTestHarness returns a harness with no backends yet.
+func newTestHarness() *harness {
+	return &harness{proxies: map[election.Backend]*faultproxy.Proxy{}, clients: map[election.Backend]*redis.Client{}}
+}
+
+// openSession opens a session on b, closed at the end of the test.
+func openSession(t *testing.T, ctx context.Context, b election.Backend, opts election.SessionOptions) election.Session {
+	t.Helper()
+	s, err := b.OpenSession(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
 func newHarness() electiontest.Harness {
-	h := &harness{proxies: map[election.Backend]*faultproxy.Proxy{}, clients: map[election.Backend]*redis.Client{}}
+	h := newTestHarness()
 	return electiontest.Harness{
 		TTL:        time.Second,
 		NewBackend: h.newBackend,
@@ -146,15 +162,11 @@ func TestConformance_Redis(t *testing.T) { electiontest.Run(t, newHarness()) }
 // off) and was taken by another releases nothing of the new holder's.
 func TestStaleReleaseDeletesNothing(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
-	h := &harness{proxies: map[election.Backend]*faultproxy.Proxy{}, clients: map[election.Backend]*redis.Client{}}
+	h := newTestHarness()
 	key := electiontest.Key(t)
 	ba := h.newBackend(t)
 	opts := election.SessionOptions{TTL: 500 * time.Millisecond, RenewInterval: 150 * time.Millisecond}
-	sa, err := ba.OpenSession(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sa.Close(context.Background())
+	sa := openSession(t, ctx, ba, opts)
 	ta, err := sa.Enqueue(ctx, key, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -164,11 +176,7 @@ func TestStaleReleaseDeletesNothing(t *testing.T) {
 	}
 	h.proxies[ba].Blackhole() // a's watchdog can no longer extend
 	bb := h.newBackend(t)
-	sb, err := bb.OpenSession(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close(context.Background())
+	sb := openSession(t, ctx, bb, opts)
 	tb, err := sb.Enqueue(ctx, key, "b")
 	if err != nil {
 		t.Fatal(err)
@@ -678,14 +686,10 @@ func TestServerRestartDemotesHolder(t *testing.T) {
 // is spent: its ticket fails instead of taking the key again.
 func TestEntryOfEndedTermIsNotReused(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
-	h := &harness{proxies: map[election.Backend]*faultproxy.Proxy{}, clients: map[election.Backend]*redis.Client{}}
+	h := newTestHarness()
 	key := electiontest.Key(t)
 	b := h.newBackend(t)
-	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: time.Second, RenewInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := openSession(t, ctx, b, election.SessionOptions{TTL: time.Second, RenewInterval: 100 * time.Millisecond})
 	t0, err := s.Enqueue(ctx, key, "a")
 	if err != nil {
 		t.Fatal(err)
