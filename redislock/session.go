@@ -69,9 +69,9 @@ func (s *session) alive() error {
 // only in this process until WaitHead or Ahead acquires the key. The token
 // is issued at acquisition (see election.Session.WaitHead). An entry the
 // session already has for key is returned; when it still holds the key
-// (its term ended without a release, as at a lease deadline), with the
-// token it drew, so that the elector deletes it and campaigns with a new
-// entry and a larger token.
+// (its term ended without a release), with the token it drew, as the
+// elector expects of an entry an earlier term left behind: it deletes it
+// and campaigns with a new entry and a larger token.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
 	if err := CheckKey(key); err != nil {
 		return election.Ticket{}, err
@@ -478,19 +478,20 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 		// A quorum is impossible: the key expired, and maybe another holds.
 		err := fmt.Errorf("%w: redislock: %q is no longer this holder's on %d of %d masters (it expired before the watchdog extended it, was deleted, or went with a restart)",
 			tenure.ErrOwnershipLost, e.t.Key, notOurs, len(b.masters))
-		e.held = false
-		e.lostErr = err
-		close(e.lost)
-		// The entry is spent (its channels have fired): a campaign still
-		// holding it fails (acquire), and the next campaign of this session
-		// on the key gets a new one. Dequeue of the lost ticket then finds
+		// The entry is spent: it leaves the session before its loss is
+		// told (close(e.lost) wakes WatchLoss, and the elector campaigns
+		// again at once), so that the next campaign gets a new entry; a
+		// campaign that still holds this one fails (acquire) instead of
+		// taking the key again. Dequeue of the lost ticket then finds
 		// nothing to delete, as none of it is ours.
-		e.removed = true
+		e.held, e.removed = false, true
 		s.mu.Lock()
 		if s.entries[e.t.Name] == e {
 			delete(s.entries, e.t.Name)
 		}
 		s.mu.Unlock()
+		e.lostErr = err
+		close(e.lost)
 		return err
 	}
 	return b.quorumErr("extend "+e.t.Key, rs, ok+notOurs)

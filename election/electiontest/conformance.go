@@ -104,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"SessionExpiryWhileWaiting", testSessionExpiryWhileWaiting},
 		{"TryCampaign", testTryCampaign},
 		{"FailedResignNeverReusesTerm", testFailedResignNewTerm},
+		{"TermEndedAtDeadlineNeverReusesToken", testDeadlineNewToken},
 		{"DeletedEntryDemotesThenCampaignsAgain", testDeletedEntry},
 		{"CrashFailoverWithinTTL", testCrashFailover},
 		{"CutOffLeaderDemotesBeforeSuccessor", testCutOffDemotesFirst},
@@ -814,6 +815,36 @@ func testRapidRequeue(t *testing.T, h Harness) {
 // testFailedResignNewTerm: when a resignation fails (the link is down), the
 // entry stays; the next campaign must still get a new, larger term, never
 // the old term's token again.
+// testDeadlineNewToken: a leader cut off until its lease deadline ends its
+// term there, without deleting its entry, and is healed at once, before
+// the server can expire it. The next campaign opens a new session; where
+// the backend's sessions share the server's (ZooKeeper: one per
+// connection), the old entry still stands: the new term must get a larger
+// token all the same.
+func testDeadlineNewToken(t *testing.T, h Harness) {
+	key := Key(t)
+	e, b := h.NewElector(t, key, "a")
+	first, err := e.Campaign(ctxT(t, 5*h.TTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heal := h.CutOff(t, b)
+	waitFor(t, 2*h.TTL, "the term to end at its deadline", func() bool { return !e.IsLeader() })
+	heal()
+	second, err := e.Campaign(ctxT(t, 5*h.TTL))
+	if err != nil {
+		t.Fatalf("Campaign after the deadline: %v", err)
+	}
+	if second.Token <= first.Token {
+		t.Fatalf("new term %d after term %d, which ended at its deadline: a token was reused", second.Token, first.Token)
+	}
+	if err := e.Resign(ctxT(t, h.TTL)); err != nil {
+		t.Fatal(err)
+	}
+	mustVacant(t, h, key)
+	t.Logf("term %d ended at its deadline; term %d next", first.Token, second.Token)
+}
+
 func testFailedResignNewTerm(t *testing.T, h Harness) {
 	key := Key(t)
 	e, b := h.NewElector(t, key, "a")
