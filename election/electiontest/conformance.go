@@ -815,13 +815,13 @@ func testRapidRequeue(t *testing.T, h Harness) {
 // testFailedResignNewTerm: when a resignation fails (the link is down), the
 // entry stays; the next campaign must still get a new, larger term, never
 // the old term's token again.
-// testDeadlineNewToken: a leader cut off until its lease deadline ends its
-// term there, without deleting its entry, and is healed at once, before
-// the server can expire it. The next campaign opens a new session; where
-// the backend's sessions share the server's (ZooKeeper: one per
-// connection), the old entry still stands: the new term must get a larger
-// token all the same.
-func testDeadlineNewToken(t *testing.T, h Harness) {
+// testNewTermAfterCutOff: a leader cut off from the server loses its term
+// by end (a failed Resign, its lease deadline), its entry not deleted.
+// Healed at once, before the server can expire it, it campaigns again: the
+// old entry may still stand (ZooKeeper: one server session per
+// connection, which outlives the elector's session), yet the new term must
+// get a larger token, and resign cleanly.
+func testNewTermAfterCutOff(t *testing.T, h Harness, how string, end func(e *election.Elector)) {
 	key := Key(t)
 	e, b := h.NewElector(t, key, "a")
 	first, err := e.Campaign(ctxT(t, 5*h.TTL))
@@ -829,51 +829,39 @@ func testDeadlineNewToken(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	heal := h.CutOff(t, b)
-	waitFor(t, 2*h.TTL, "the term to end at its deadline", func() bool { return !e.IsLeader() })
+	end(e)
 	heal()
 	second, err := e.Campaign(ctxT(t, 5*h.TTL))
 	if err != nil {
-		t.Fatalf("Campaign after the deadline: %v", err)
+		t.Fatalf("Campaign after %s: %v", how, err)
 	}
 	if second.Token <= first.Token {
-		t.Fatalf("new term %d after term %d, which ended at its deadline: a token was reused", second.Token, first.Token)
+		t.Fatalf("new term %d after term %d, which ended by %s: a term's token was reused", second.Token, first.Token, how)
 	}
 	if err := e.Resign(ctxT(t, h.TTL)); err != nil {
 		t.Fatal(err)
 	}
 	mustVacant(t, h, key)
-	t.Logf("term %d ended at its deadline; term %d next", first.Token, second.Token)
 }
 
 func testFailedResignNewTerm(t *testing.T, h Harness) {
-	key := Key(t)
-	e, b := h.NewElector(t, key, "a")
-	first, err := e.Campaign(ctxT(t, 5*h.TTL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	heal := h.CutOff(t, b)
-	rctx, cancel := context.WithTimeout(context.Background(), h.TTL/10)
-	err = e.Resign(rctx)
-	cancel()
-	if err == nil {
-		t.Fatal("Resign succeeded while cut off")
-	}
-	if e.IsLeader() {
-		t.Fatal("still IsLeader after a failed Resign")
-	}
-	heal()
-	second, err := e.Campaign(ctxT(t, 5*h.TTL))
-	if err != nil {
-		t.Fatalf("Campaign after a failed Resign: %v", err)
-	}
-	if second.Token <= first.Token {
-		t.Fatalf("new term %d after term %d: a term's token was reused", second.Token, first.Token)
-	}
-	if err := e.Resign(ctxT(t, h.TTL)); err != nil {
-		t.Fatal(err)
-	}
-	mustVacant(t, h, key)
+	testNewTermAfterCutOff(t, h, "a failed Resign", func(e *election.Elector) {
+		rctx, cancel := context.WithTimeout(context.Background(), h.TTL/10)
+		err := e.Resign(rctx)
+		cancel()
+		if err == nil {
+			t.Fatal("Resign succeeded while cut off")
+		}
+		if e.IsLeader() {
+			t.Fatal("still IsLeader after a failed Resign")
+		}
+	})
+}
+
+func testDeadlineNewToken(t *testing.T, h Harness) {
+	testNewTermAfterCutOff(t, h, "its lease deadline", func(e *election.Elector) {
+		waitFor(t, 2*h.TTL, "the term to end at its deadline", func() bool { return !e.IsLeader() })
+	})
 }
 
 // slowStopper runs a with Run; its work, once its context ends, takes
