@@ -310,26 +310,23 @@ func (l *lane) awaitWritingLeader(timeout time.Duration) (*termInfo, error) {
 // successor returns the first term elected after old (a larger token), or
 // nil.
 func (l *lane) successor(old uint64) *termInfo {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var first *termInfo
-	for _, t := range l.terms {
-		if t.token > old && (first == nil || t.start < first.start) {
-			first = t
-		}
-	}
-	return first
+	return l.first(func(t *termInfo) bool { return t.token > old })
 }
 
 // startedAfter returns the first term other than old that began after
 // mono time at, or nil: the successor on a backend whose tokens are not
 // authoritative (a Redis restart starts them again at 1).
 func (l *lane) startedAfter(at int64, old *termInfo) *termInfo {
+	return l.first(func(t *termInfo) bool { return t != old && t.start > at })
+}
+
+// first returns the earliest-starting term that match accepts, or nil.
+func (l *lane) first(match func(*termInfo) bool) *termInfo {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var first *termInfo
 	for _, t := range l.terms {
-		if t != old && t.start > at && (first == nil || t.start < first.start) {
+		if match(t) && (first == nil || t.start < first.start) {
 			first = t
 		}
 	}
@@ -413,8 +410,10 @@ func (l *lane) observe(at int64, old *termInfo, bound time.Duration, mayKeep boo
 		ch := l.wait()
 		extend()
 		deadline = time.Now().Add(time.Duration(at-mono()) + bound + 3*time.Second)
-		s := l.successor(old.token)
-		if !l.r.be.linearizable {
+		var s *termInfo
+		if l.r.be.linearizable {
+			s = l.successor(old.token)
+		} else {
 			s = l.startedAfter(at, old)
 		}
 		if s != nil {
