@@ -62,7 +62,8 @@ Examples:
   tenure exec --key backup --endpoints 10.0.0.1:2379 -- ./backup.sh
   tenure exec --key report --no-wait --ttl 30s -- ./report --date today
   tenure exec --backend zk --endpoints zk1:2181,zk2:2181 --key /locks/backup -- ./backup.sh
-  tenure exec --backend redis --endpoints redis:6379 --key report --no-wait --ttl 2m       --metrics-file /var/lib/node_exporter/report.prom -- ./report   (efficiency only)
+  tenure exec --backend redis --endpoints redis:6379 --key report --no-wait --ttl 2m \
+      --metrics-file /var/lib/node_exporter/report.prom -- ./report   (efficiency only)
 
 Flags:
 `)

@@ -25,7 +25,7 @@ import (
 // common holds the flags every backend-facing subcommand takes.
 type common struct {
 	backend     string
-	endpoints   string
+	endpoints   endpointsFlag
 	key         string
 	dialTimeout time.Duration
 	logLevel    string
@@ -35,7 +35,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.backend, "backend", "etcd", "backend: etcd, zk (ZooKeeper) or redis (efficiency only: several endpoints are Redlock masters; see docs/redis.md)")
-	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated HOST:PORT list of the backend's servers")
+	fs.Var(&c.endpoints, "endpoints", "comma-separated `HOST:PORT` list of the backend's servers (default: the backend's port on this host, 127.0.0.1:2379 for etcd, 127.0.0.1:2181 for zk, 127.0.0.1:6379 for redis)")
 	fs.StringVar(&c.key, "key", "", "election key (required; an absolute znode path such as /locks/report on zk)")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try to reach the backend before giving up")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
@@ -75,6 +75,28 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) 
 	return fs.Args(), err
 }
 
+// endpointsFlag is --endpoints: a comma-separated list, or, when neither
+// the flag nor TENURE_ENDPOINTS was given, the backend's default port on
+// this host (validate fills it in).
+type endpointsFlag struct {
+	list string
+	set  bool
+}
+
+func (f *endpointsFlag) String() string { return f.list }
+
+func (f *endpointsFlag) Set(v string) error {
+	f.list, f.set = v, true
+	return nil
+}
+
+// defaultEndpoints is each backend's client port on this host.
+var defaultEndpoints = map[string]string{
+	"etcd":      "127.0.0.1:2379",
+	"zookeeper": "127.0.0.1:2181",
+	"redis":     "127.0.0.1:6379",
+}
+
 func (c *common) validate() error {
 	switch c.backend {
 	case "etcd":
@@ -83,6 +105,9 @@ func (c *common) validate() error {
 	case "redis":
 	default:
 		return fmt.Errorf("unknown backend %q (supported: etcd, zk, redis)", c.backend)
+	}
+	if !c.endpoints.set {
+		c.endpoints.list = defaultEndpoints[c.backend]
 	}
 	if c.key == "" {
 		return errors.New("--key is required and must not be empty")
@@ -163,7 +188,7 @@ func (c *common) open(ctx context.Context, ttl time.Duration) (b election.Backen
 	zb, err := zkelect.Dial(dctx, eps, ttl, c.sec.zk()...)
 	if err != nil {
 		if errors.Is(err, tenure.ErrUnavailable) {
-			return nil, nil, fmt.Errorf("cannot reach zookeeper at %s within %v: %w", c.endpoints, c.dialTimeout, err)
+			return nil, nil, fmt.Errorf("cannot reach zookeeper at %s within %v: %w", c.endpoints.list, c.dialTimeout, err)
 		}
 		return nil, nil, err
 	}
@@ -172,7 +197,7 @@ func (c *common) open(ctx context.Context, ttl time.Duration) (b election.Backen
 
 func (c *common) endpointList() ([]string, error) {
 	var eps []string
-	for _, ep := range strings.Split(c.endpoints, ",") {
+	for _, ep := range strings.Split(c.endpoints.list, ",") {
 		ep = strings.TrimSpace(ep)
 		if ep == "" {
 			continue
@@ -202,7 +227,7 @@ func (c *common) connect(ctx context.Context) (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, c.sec.etcdDialError(c.endpoints, c.dialTimeout, err)
+		return nil, c.sec.etcdDialError(c.endpoints.list, c.dialTimeout, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()

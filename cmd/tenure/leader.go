@@ -29,7 +29,7 @@ func cmdLeader(args []string, stdout, stderr io.Writer) int {
 	watch := fs.Bool("watch", false, "print every change of leader until interrupted")
 	asJSON := fs.Bool("json", false, "print JSON objects, one a line")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: tenure leader --key KEY [--backend etcd|zk] [--endpoints HOST:PORT,...] [--watch] [--json]
+		fmt.Fprint(stderr, `Usage: tenure leader --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--watch] [--json]
 
 Prints the holder of KEY as "IDENTITY term=N" (or "vacant"), and exits 3
 when KEY is vacant. Examples:

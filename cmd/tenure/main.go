@@ -38,11 +38,11 @@ func main() {
 const usage = `tenure: leader election and fair locks for Go services.
 
 Usage:
-  tenure exec   --key KEY [--backend etcd|zk] [--endpoints HOST:PORT,...] [--ttl 10s] [--no-wait] -- CMD [ARG...]
+  tenure exec   --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--ttl 10s] [--no-wait] -- CMD [ARG...]
       Wait for KEY (first come, first served), run CMD while holding it,
       release it when CMD exits. CMD sees TENURE_TERM (the fencing token),
       TENURE_KEY, TENURE_IDENTITY and TENURE_BACKEND.
-  tenure leader --key KEY [--backend etcd|zk] [--endpoints HOST:PORT,...] [--watch] [--json]
+  tenure leader --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--watch] [--json]
       Print the holder of KEY and its term; exit 3 when KEY is vacant.
   tenure demo
       Start an embedded etcd, run three candidates, then resign, kill and

@@ -36,12 +36,15 @@ func (c *common) openRedis(ctx context.Context) (election.Backend, func(), error
 	if o.TLSConfig, err = c.sec.redisTLS(); err != nil {
 		return nil, nil, err
 	}
+	// go-redis prints pool failures on stderr by itself, a second line
+	// beside tenure's own; they come back to tenure as errors anyway.
+	redis.SetLogger(quietRedis{})
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()
 	b, err := redislock.Dial(dctx, eps, o, redislock.Options{})
 	if err != nil {
 		if errors.Is(err, tenure.ErrUnavailable) {
-			return nil, nil, fmt.Errorf("cannot reach redis at %s within %v: %w", c.endpoints, c.dialTimeout, err)
+			return nil, nil, fmt.Errorf("cannot reach redis at %s within %v: %w", c.endpoints.list, c.dialTimeout, err)
 		}
 		return nil, nil, err
 	}
@@ -53,3 +56,8 @@ func (c *common) openRedis(ctx context.Context) (election.Backend, func(), error
 func (s *security) redisTLS() (*tls.Config, error) {
 	return etcdelect.Security{CAFile: s.caCert, CertFile: s.cert, KeyFile: s.certKey}.TLSConfig()
 }
+
+// quietRedis drops go-redis's own log lines (its logger is process-wide).
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

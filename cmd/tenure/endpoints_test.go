@@ -1,0 +1,53 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestEndpoints_DefaultIsTheBackendsPort: without --endpoints (and without
+// TENURE_ENDPOINTS) each backend dials its own default port on this host,
+// not etcd's; an --endpoints given empty is an error, not the default.
+func TestEndpoints_DefaultIsTheBackendsPort(t *testing.T) {
+	cases := []struct {
+		backend, key, want string
+	}{
+		{"etcd", "k", "127.0.0.1:2379"},
+		{"zk", "/k", "127.0.0.1:2181"},
+		{"redis", "k", "127.0.0.1:6379"},
+	}
+	validate := func(args ...string) (common, error) {
+		var c common
+		fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+		c.register(fs)
+		if _, err := parse(fs, args, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		return c, c.validate()
+	}
+
+	t.Setenv("TENURE_ENDPOINTS", "") // restored after the test
+	os.Unsetenv("TENURE_ENDPOINTS")
+	for _, c := range cases {
+		cm, err := validate("--backend", c.backend, "--key", c.key)
+		if err != nil {
+			t.Fatalf("%s: %v", c.backend, err)
+		}
+		if eps, err := cm.endpointList(); err != nil || len(eps) != 1 || eps[0] != c.want {
+			t.Errorf("%s without --endpoints dials %v (err %v), want %s", c.backend, eps, err, c.want)
+		}
+		if _, err := validate("--backend", c.backend, "--key", c.key, "--endpoints", ""); err == nil || !strings.Contains(err.Error(), "--endpoints is empty") {
+			t.Errorf("%s with --endpoints \"\": validate = %v, want --endpoints is empty", c.backend, err)
+		}
+	}
+
+	os.Setenv("TENURE_ENDPOINTS", "")
+	for _, c := range cases {
+		if _, err := validate("--backend", c.backend, "--key", c.key); err == nil || !strings.Contains(err.Error(), "--endpoints is empty") {
+			t.Errorf("%s with TENURE_ENDPOINTS set empty: validate = %v, want --endpoints is empty", c.backend, err)
+		}
+	}
+}
