@@ -3,7 +3,9 @@ package tenure
 import "context"
 
 // Callbacks tell the program when it leads and when it must stop. Every field
-// is optional; a nil callback is skipped.
+// is optional: a nil OnElected holds the term until its ctx is done, a nil
+// OnHardStop exits the process (see OnHardStop), and a nil OnDemoted or
+// OnLeader is skipped.
 //
 // Ordering: OnElected runs in its own goroutine. OnDemoted for a term runs
 // only after OnElected for that term has returned, never before, and never
@@ -11,6 +13,12 @@ import "context"
 // changes were observed, on a goroutine of their own. A panic in a callback
 // is recovered, logged, and treated as a resignation (the demotion reason
 // wraps ErrCallbackPanic and ErrResigned).
+//
+// A Callbacks is a plain value; Run takes a copy. OnElected and OnLeader run
+// on goroutines of their own, OnDemoted and OnHardStop on the goroutine that
+// called Run. OnLeader may run concurrently with any of the others, and
+// OnHardStop runs while OnElected has not returned, so state they share
+// must be synchronized.
 type Callbacks struct {
 	// OnElected runs when this candidate becomes leader. ctx is cancelled the
 	// moment leadership can no longer be guaranteed (lease deadline, session
@@ -21,8 +29,9 @@ type Callbacks struct {
 	// runs. Returning while ctx is still live resigns.
 	OnElected func(ctx context.Context, term Term)
 	// OnDemoted runs after OnElected has returned, with the term that ended
-	// and why: ErrResigned, ErrLeaseExpired, ErrSessionExpired or
-	// ErrOwnershipLost (test with errors.Is).
+	// and why: ErrResigned, ErrLeaseExpired, ErrSessionExpired,
+	// ErrOwnershipLost, or ErrClosed when the Elector was closed (test with
+	// errors.Is).
 	OnDemoted func(term Term, reason error)
 	// OnLeader runs on every observed change of leader, vacancy included.
 	OnLeader func(leader Leader)

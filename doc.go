@@ -20,5 +20,6 @@
 //     context and outlives the hard-stop timeout. Fence the resource.
 //
 // The election itself lives in package election; backends live in etcdelect
-// (and, later, zkelect and redislock).
+// (etcd), zkelect (ZooKeeper) and redislock (Redis, whose terms are
+// advisory: see Term.Advisory).
 package tenure

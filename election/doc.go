@@ -2,8 +2,8 @@
 // campaigns for a key, holds its term, demotes itself when it can no longer
 // be sure it leads, and runs the program's callbacks in order; and the
 // Mutex, a fair lock on the same machinery. Backends (etcdelect, zkelect,
-// and the in-memory electiontest.Memory) implement the small Backend
-// interface; this package imports none of them.
+// redislock, and the in-memory electiontest.Memory) implement the small
+// Backend interface; this package imports none of them.
 //
 // # Guarantees
 //

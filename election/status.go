@@ -16,10 +16,14 @@ import (
 type Status struct {
 	// State is "leader", "suspended" (leading while renewals fail),
 	// "campaigning", "idle" or "closed".
-	State    string `json:"state"`
-	Key      string `json:"key"`
+	State string `json:"state"`
+	// Key is the election key.
+	Key string `json:"key"`
+	// Identity is this elector's identity (Config.Identity, defaults
+	// applied).
 	Identity string `json:"identity"`
-	Backend  string `json:"backend"`
+	// Backend is the backend's name (Backend.Name).
+	Backend string `json:"backend"`
 	// Term is the fencing token of the term this process holds, or 0.
 	Term uint64 `json:"term"`
 	// Leader is the key's leader as the backend reports it now (omitted
@@ -38,9 +42,12 @@ type Status struct {
 
 // LeaderStatus is the observed leader in a Status; a plain value.
 type LeaderStatus struct {
-	Vacant   bool   `json:"vacant"`
+	// Vacant is true when nobody holds the key.
+	Vacant bool `json:"vacant"`
+	// Identity is the holder's identity; empty when Vacant.
 	Identity string `json:"identity,omitempty"`
-	Term     uint64 `json:"term,omitempty"`
+	// Term is the holder's fencing token; 0 when Vacant.
+	Term uint64 `json:"term,omitempty"`
 }
 
 // Status reads the elector's state; it asks the backend for the leader and

@@ -26,6 +26,8 @@ type StaleError struct {
 	Highest uint64
 }
 
+// Error describes the refusal: the refused term, the resource and, when
+// known, the highest term accepted.
 func (e *StaleError) Error() string {
 	if e.Highest > 0 {
 		return fmt.Sprintf("tenure: stale term %d for %s: %d already accepted", e.Token, e.Resource, e.Highest)
@@ -43,7 +45,8 @@ type Metrics struct {
 	rejections *prometheus.CounterVec
 }
 
-// NewMetrics registers the fence metrics on reg.
+// NewMetrics registers the fence metrics on reg, which must not be nil. It
+// fails when reg already holds tenure_fence_rejections_total.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_fence_rejections_total",
@@ -55,7 +58,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Rejections returns the counter vector (labels key, backend).
+// Rejections returns the counter vector (labels key, backend). Unlike
+// Rejected, it needs a non-nil m.
 func (m *Metrics) Rejections() *prometheus.CounterVec { return m.rejections }
 
 // Rejected counts one refusal.
@@ -69,7 +73,9 @@ func (m *Metrics) Rejected(resource, verifier string) {
 // per resource and refuses lower ones. The zero value is ready to use; it is
 // safe for concurrent use.
 type Guard struct {
-	// Metrics, when set, counts refusals (verifier "guard").
+	// Metrics, when set, counts refusals (verifier "guard", and "http" for
+	// Middleware). Default: nil, counts nothing. Set it before the Guard is
+	// shared: it is read under the Guard's lock, not written under it.
 	Metrics *Metrics
 
 	mu      sync.Mutex

@@ -250,7 +250,9 @@ func (b *Backend) WatchEvents() uint64 { return b.watchEvents.Load() }
 func (b *Backend) Name() string { return Name }
 
 // Linearizable returns true: writes are ordered by the ensemble's leader,
-// and tenure reads after syncing through its own session's order.
+// so each new leader's czxid is larger than every earlier leader's. Reads
+// are not preceded by a sync: the connected server answers them, in the
+// order of this connection's own requests.
 func (b *Backend) Linearizable() bool { return true }
 
 // CheckKey accepts absolute znode paths; see the package-level CheckKey.

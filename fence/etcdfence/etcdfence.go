@@ -14,17 +14,22 @@ import (
 	"github.com/tenure-go/tenure/fence"
 )
 
-// Fence guards etcd writes. Safe for concurrent use.
+// Fence guards etcd writes. It is a plain value, safe for concurrent use
+// (a *clientv3.Client is).
 type Fence struct {
-	// Client is the etcd client the writes go through.
+	// Client is the etcd client the writes go through. Required: there is
+	// no default.
 	Client *clientv3.Client
-	// Metrics, when set, counts refusals (verifier "etcd").
+	// Metrics, when set, counts refusals (verifier "etcd"). Default: nil,
+	// counts nothing.
 	Metrics *fence.Metrics
 }
 
 // Txn commits ops atomically if term's entry still has term's create
 // revision, and returns a *fence.StaleError otherwise. term must come from
-// an etcd election (Term.Entry set).
+// an etcd election (Term.Backend "etcd", Term.Entry set); any other term,
+// an advisory Redis term included, is refused with an error wrapping
+// tenure.ErrInvalidConfig.
 func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if term.Entry == "" || term.Token == 0 || term.Backend != "etcd" {
 		return nil, fmt.Errorf("%w: etcdfence: term %v is not an etcd holder's", tenure.ErrInvalidConfig, term)

@@ -22,17 +22,24 @@ import (
 // DefaultTable is the fence table's name when Fence.Table is empty.
 const DefaultTable = "tenure_fence"
 
-// Beginner starts transactions: *pgx.Conn and *pgxpool.Pool both do.
+// Beginner starts transactions: *pgx.Conn and *pgxpool.Pool both do. A
+// *pgxpool.Pool is safe for concurrent use; a *pgx.Conn is not, and runs
+// one transaction at a time.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Fence guards writes with a fence table. The zero value uses DefaultTable
-// and counts nothing. Safe for concurrent use.
+// and counts nothing. A Fence is a plain value, safe for concurrent use as
+// long as the Beginner given to each call is (pass a *pgxpool.Pool, not one
+// *pgx.Conn, to concurrent calls).
 type Fence struct {
 	// Table is the fence table (created by Setup). Default: DefaultTable.
+	// It must be a lower-case SQL identifier; Setup and Do refuse any other
+	// name with an error wrapping tenure.ErrInvalidConfig.
 	Table string
-	// Metrics, when set, counts refusals (verifier "postgres").
+	// Metrics, when set, counts refusals (verifier "postgres"). Default:
+	// nil, counts nothing.
 	Metrics *fence.Metrics
 }
 

@@ -14,19 +14,24 @@ import (
 	"github.com/tenure-go/tenure/fence"
 )
 
-// Fence guards ZooKeeper writes. Safe for concurrent use.
+// Fence guards ZooKeeper writes. It is a plain value, safe for concurrent
+// use (a *zk.Conn is).
 type Fence struct {
-	// Conn is the connection the writes go through.
+	// Conn is the connection the writes go through. Required: there is no
+	// default.
 	Conn *zk.Conn
-	// Metrics, when set, counts refusals (verifier "zookeeper").
+	// Metrics, when set, counts refusals (verifier "zookeeper"). Default:
+	// nil, counts nothing.
 	Metrics *fence.Metrics
 }
 
 // Multi runs ops (zk.CreateRequest, zk.SetDataRequest, zk.DeleteRequest,
 // ...) atomically with a check that term's node exists at version 0, and
 // returns a *fence.StaleError when it does not (a node whose data someone
-// changed is refused too). term must come from a ZooKeeper
-// election (Term.Entry set).
+// changed is refused too). term must come from a ZooKeeper election
+// (Term.Backend "zookeeper", Term.Entry set); any other term, an advisory
+// Redis term included, is refused with an error wrapping
+// tenure.ErrInvalidConfig.
 func (f Fence) Multi(term tenure.Term, ops ...any) ([]zk.MultiResponse, error) {
 	if term.Entry == "" || term.Token == 0 || term.Backend != "zookeeper" {
 		return nil, fmt.Errorf("%w: zkfence: term %v is not a ZooKeeper holder's", tenure.ErrInvalidConfig, term)
