@@ -41,8 +41,14 @@ type options struct {
 func WithACL(acl []zk.ACL) Option { return func(o *options) { o.acl, o.aclSet = acl, true } }
 
 // WithLogger sets the logger for go-zookeeper's messages (at Debug) and the
-// backend's. Default: zap.NewNop().
-func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
+// backend's. Default: zap.NewNop(); a nil l keeps the default.
+func WithLogger(l *zap.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
 
 // WithDialer sets the dialer go-zookeeper connects with. Default: net.DialTimeout.
 func WithDialer(d zk.Dialer) Option { return func(o *options) { o.dialer = d } }

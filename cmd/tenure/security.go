@@ -52,7 +52,7 @@ func (s *security) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.zkACL, "zk-acl", "", "zk: ACL of the nodes tenure creates: open (anyone may delete them), creator (only --user), creator-read (only --user, anyone may read); default creator with --user, else open")
 }
 
-// validate checks the flags against backend ("etcd" or "zookeeper") and
+// validate checks the flags against backend ("etcd", "zookeeper" or "redis") and
 // reads the password. Errors name files and flags, never the password.
 func (s *security) validate(backend string) error {
 	envPW, envSet := os.LookupEnv(passwordEnv)
@@ -90,7 +90,7 @@ func (s *security) validate(backend string) error {
 	}
 	if backend == "zookeeper" {
 		if s.caCert != "" || s.cert != "" || s.certKey != "" {
-			return errors.New("--cacert, --cert and --cert-key are for etcd: tenure does not speak TLS to ZooKeeper (see docs/security.md)")
+			return errors.New("--cacert, --cert and --cert-key are for etcd and redis: tenure does not speak TLS to ZooKeeper (see docs/security.md)")
 		}
 		if strings.Contains(s.user, ":") {
 			return fmt.Errorf("--user %q: a ZooKeeper digest user name cannot hold ':'", s.user)
@@ -107,6 +107,9 @@ func (s *security) validate(backend string) error {
 		return nil
 	}
 	if s.zkACL != "" {
+		if backend == "redis" {
+			return errors.New("--zk-acl is for ZooKeeper; on Redis, what --user may do is its ACL rule (see docs/security.md)")
+		}
 		return errors.New("--zk-acl is for ZooKeeper; etcd's permissions are the user's role (see docs/security.md)")
 	}
 	if (s.cert == "") != (s.certKey == "") {
