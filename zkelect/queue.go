@@ -59,9 +59,11 @@ func (s *session) stat(ctx context.Context, p string) (*zk.Stat, bool, error) {
 
 // Enqueue creates "<key>/_c_<uuid>-lock-<seq>", ephemeral and sequential,
 // with the identity as data. When the reply is lost it finds the node by
-// its uuid; when the caller gives up while a create is in flight, the node
-// is deleted as soon as the create returns.
-func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
+// its uuid. When Enqueue fails (the caller gave up while a create was in
+// flight, the link went down before the node was read), any node it may
+// have made is deleted in the background, once the link is back, while the
+// session lives.
+func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election.Ticket, err error) {
 	// One entry per session and key, as the interface says: a node an
 	// earlier campaign left (its delete failed) is returned, not doubled,
 	// or it would stand ahead of its own session for good.
@@ -98,11 +100,26 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 		return election.Ticket{}, err
 	}
 	prefix := key + "/" + protectedPrefix + guid + lockMarker
+	// A create given up while in flight: delete its node once it returns,
+	// or, when its reply was lost too, whatever node it made.
 	undo := func(p string, err error) {
-		if err == nil {
-			_ = s.b.conn.Delete(p, -1)
+		switch {
+		case err == nil:
+			s.b.reap(s.id, p, 0)
+		case errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer):
+			s.b.reapGUID(s.id, key, guid)
 		}
 	}
+	// A create whose reply was lost may have made a node that no read
+	// found: when Enqueue fails after one, nothing of this guid may stay
+	// (a node owned by a live session that no campaign knows would stand
+	// in the queue for good).
+	unknown := false
+	defer func() {
+		if unknown && err != nil {
+			s.b.reapGUID(s.id, key, guid)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		if !s.alive() {
 			return election.Ticket{}, s.expired(errors.New("replaced before create"))
@@ -119,6 +136,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 			continue
 		case errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer):
 			// The reply was lost: the node may exist.
+			unknown = true
 			found, ferr := s.findByGUID(ctx, key, guid)
 			if ferr != nil {
 				return election.Ticket{}, ferr
@@ -177,12 +195,9 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 	}
 }
 
-// deleteLater deletes p in the background while the session lives.
-func (s *session) deleteLater(p string) {
-	if st, ok, err := s.stat(context.Background(), p); err == nil && ok {
-		s.b.reap(s.id, p, uint64(st.Czxid))
-	}
-}
+// deleteLater deletes this session's node p in the background while the
+// session lives: at once if the link is up, or when it is back.
+func (s *session) deleteLater(p string) { s.b.reap(s.id, p, 0) }
 
 // findByGUID looks for this session's node with guid under key.
 func (s *session) findByGUID(ctx context.Context, key, guid string) (string, error) {

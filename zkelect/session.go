@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"sync"
 	"time"
 
@@ -183,9 +184,63 @@ func (s *session) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// reap deletes the node p (czxid z) in the background until it is gone, the
-// ZooKeeper session id ends, or the Backend closes.
+// reap deletes the node p in the background until it is gone, the
+// ZooKeeper session id ends (the node goes with it), or the Backend
+// closes. It deletes p only while p is owned by session id and, when z is
+// not 0, has czxid z: a name is never reused, but a node found by name
+// alone could be another session's.
 func (b *Backend) reap(id int64, p string, z uint64) {
+	b.reapLoop(id, func() bool {
+		ok, st, err := b.conn.Exists(p)
+		if err != nil {
+			return false
+		}
+		if !ok || st.EphemeralOwner != id || z != 0 && uint64(st.Czxid) != z {
+			return true
+		}
+		err = b.conn.Delete(p, st.Version)
+		return err == nil || errors.Is(err, zk.ErrNoNode)
+	})
+}
+
+// reapGUID deletes, in the background, every node under key that session
+// id created with guid (a create whose outcome is unknown: its reply was
+// lost, or its caller gave up), until one read of the queue shows none
+// left, the session id ends, or the Backend closes.
+func (b *Backend) reapGUID(id int64, key, guid string) {
+	b.reapLoop(id, func() bool {
+		children, _, err := b.conn.Children(key)
+		if errors.Is(err, zk.ErrNoNode) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		clean := true
+		for _, c := range children {
+			if guidOf(c) != guid {
+				continue
+			}
+			p := path.Join(key, c)
+			ok, st, err := b.conn.Exists(p)
+			switch {
+			case err != nil:
+				clean = false
+			case !ok || st.EphemeralOwner != id:
+			default:
+				if err := b.conn.Delete(p, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
+					clean = false
+				}
+			}
+		}
+		return clean
+	})
+}
+
+// reapLoop runs try until it reports done, the ZooKeeper session id ends or
+// the Backend closes, again after every change of connection state or half
+// a second.
+func (b *Backend) reapLoop(id int64, try func() (done bool)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -198,17 +253,8 @@ func (b *Backend) reap(id int64, p string, z uint64) {
 			b.mu.Lock()
 			closed, ch := b.closed, b.changed
 			b.mu.Unlock()
-			if closed || b.sessionID.Load() != id {
-				return // the node went with its session
-			}
-			ok, st, err := b.conn.Exists(p)
-			if err == nil && (!ok || uint64(st.Czxid) != z) {
+			if closed || b.sessionID.Load() != id || try() {
 				return
-			}
-			if err == nil {
-				if err = b.conn.Delete(p, st.Version); err == nil || errors.Is(err, zk.ErrNoNode) {
-					return
-				}
 			}
 			select {
 			case <-ch:

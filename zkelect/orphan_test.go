@@ -1,0 +1,93 @@
+package zkelect_test
+
+import (
+	"context"
+	"path"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
+	"github.com/tenure-go/tenure/internal/faultproxy"
+	"github.com/tenure-go/tenure/zkelect"
+)
+
+// TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode: a campaign given up
+// (its ctx ended: the caller's, or the lease deadline while cut off) after
+// its create reached the server but before the reply came back, while the
+// link is down, must not leave its node behind. The ZooKeeper session
+// outlives the outage, so such a node would stay at the head of the queue,
+// owned by a live session no campaign knows of, and block every candidate,
+// this session's next campaign included, for as long as the process runs.
+// TestEnsemble_LeaderServerKilled once stalled this way.
+func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
+	for _, cut := range []struct {
+		name  string
+		after time.Duration // from the node's creation to the cut
+	}{
+		{"create reply lost", 0},
+		{"own-node read lost", 450 * time.Millisecond},
+	} {
+		t.Run(cut.name, func(t *testing.T) {
+			p, err := faultproxy.New(server.Endpoints()[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			b, err := zkelect.Dial(ctx, []string{p.Addr()}, 8*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: 8 * time.Second, RenewInterval: 8 * time.Second / 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.Close(context.Background())
+			id := b.Conn().SessionID()
+			admin := rawConn(t, "", "")
+			key := electiontest.Key(t)
+
+			// Every byte now waits 300 ms each way: the create reaches the
+			// server at once, its reply 300 ms later, and the reads that
+			// follow it another 600 ms on.
+			p.Delay(300 * time.Millisecond)
+			ectx, giveUp := context.WithCancel(ctx)
+			defer giveUp()
+			done := make(chan error, 1)
+			go func() {
+				_, err := sess.Enqueue(ectx, key, "a")
+				done <- err
+			}()
+			var node string
+			waitUntil(t, "the node created", func() bool {
+				c, _, err := admin.Children(key)
+				if err == nil && len(c) == 1 {
+					node = path.Join(key, c[0])
+				}
+				return node != ""
+			})
+			time.Sleep(cut.after)
+			giveUp()
+			p.Delay(0)
+			p.Cut() // the reply in flight is lost; the client reconnects
+			if err := <-done; err == nil {
+				t.Fatal("Enqueue succeeded after its ctx ended with the reply lost")
+			}
+
+			waitUntil(t, "the connection back on the same session", func() bool {
+				ok, _, err := b.Conn().Exists("/")
+				return err == nil && ok
+			})
+			if got := b.Conn().SessionID(); got != id {
+				t.Fatalf("session %#x replaced by %#x: the node went with it, and this test shows nothing", id, got)
+			}
+			waitUntil(t, "the given-up node deleted", func() bool {
+				ok, st, err := admin.Exists(node)
+				return err == nil && (!ok || st.EphemeralOwner != id)
+			})
+		})
+	}
+}
