@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -251,9 +252,9 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// TestOpenSession_RefusesTTLBelowServerMinimum: a server whose minimum lease
-// TTL is above the asked TTL makes the campaign fail with ErrInvalidConfig,
-// rather than silently lead with a longer TTL than configured.
+// TestCheckTTL_RefusesWhatEtcdCannotHonour: TTLs that are not whole seconds
+// of at least 1 s, and keys etcd cannot hold or tenure would misread, are
+// refused before anything is sent.
 func TestCheckTTL_RefusesWhatEtcdCannotHonour(t *testing.T) {
 	b := etcdelect.New(nil)
 	for _, ttl := range []time.Duration{0, 500 * time.Millisecond, 1500 * time.Millisecond, -time.Second} {
@@ -268,5 +269,38 @@ func TestCheckTTL_RefusesWhatEtcdCannotHonour(t *testing.T) {
 		if err := b.CheckKey(key); !errors.Is(err, tenure.ErrInvalidConfig) {
 			t.Errorf("CheckKey(%q) = %v, want ErrInvalidConfig", key, err)
 		}
+	}
+}
+
+// TestOpenSession_RefusesTTLBelowServerMinimum: a server whose minimum lease
+// TTL is above the asked TTL (2 s with etcd's default timing) makes the
+// campaign fail with ErrInvalidConfig, rather than silently lead with a
+// longer TTL than configured, and revokes the lease it was granted.
+func TestOpenSession_RefusesTTLBelowServerMinimum(t *testing.T) {
+	slow, err := etcdembed.StartTimed(t.TempDir(), 100, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	cli := newClient(t, slow.Endpoint)
+	defer cli.Close()
+	ctx := ctxT(t, 30*time.Second)
+	e, err := election.New(etcdelect.New(cli), election.Config{Key: electiontest.Key(t), Identity: "a", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if _, err := e.Campaign(ctx); !errors.Is(err, tenure.ErrInvalidConfig) || !strings.Contains(err.Error(), "minimum lease TTL") {
+		t.Fatalf("Campaign with TTL 1s on a server whose minimum is 2s = %v, want ErrInvalidConfig naming the minimum lease TTL", err)
+	}
+	if e.IsLeader() {
+		t.Fatal("IsLeader after the refused campaign")
+	}
+	r, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Leases) != 0 {
+		t.Fatalf("%d lease(s) after the refused campaign, want none (the granted lease revoked)", len(r.Leases))
 	}
 }

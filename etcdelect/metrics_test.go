@@ -372,8 +372,12 @@ func TestMetrics_LockWaitAndFailover(t *testing.T) {
 		n, _ := histogram(t, obsReg, "tenure_failover_seconds")
 		return n >= 1
 	})
-	if n, sum := histogram(t, obsReg, "tenure_failover_seconds"); n != 1 || sum < vacant.Seconds() {
-		t.Errorf("tenure_failover_seconds: count %d sum %.3f, want 1 observation ≥ %.1f s", n, sum, vacant.Seconds())
+	// The observer learns of the vacancy from the delete's watch event,
+	// which may reach it a little after Unlock has returned (once, under
+	// -race on a loaded machine, 1 ms later than the new leader's event
+	// lagged its Lock): allow it 50 ms.
+	if n, sum := histogram(t, obsReg, "tenure_failover_seconds"); n != 1 || sum < (vacant-50*time.Millisecond).Seconds() {
+		t.Errorf("tenure_failover_seconds: count %d sum %.3f, want 1 observation ≥ %.2f s (the %v vacancy less the observer's lag)", n, sum, (vacant - 50*time.Millisecond).Seconds(), vacant)
 	}
 	stop()
 	for range leaders {

@@ -38,7 +38,12 @@ func FuzzParseValue(f *testing.F) {
 		if h != random {
 			t.Fatalf("holderOf(%q) = %q, want %q", v, h, random)
 		}
-		if got := random + " " + strconv.FormatUint(token, 10) + " " + identity; got != v && !strings.HasPrefix(strings.TrimLeft(v[33:], "0"), strconv.FormatUint(token, 10)) {
+		// The parts write back as v, up to leading zeros in the token
+		// (ParseUint reads "007" as 7): random and identity exactly.
+		got := random + " " + strconv.FormatUint(token, 10) + " " + identity
+		head, tail := random+" ", " "+identity
+		if got != v && (len(v) < len(head)+len(tail) || !strings.HasPrefix(v, head) || !strings.HasSuffix(v, tail) ||
+			strings.TrimLeft(v[len(head):len(v)-len(tail)], "0") != strconv.FormatUint(token, 10)) {
 			t.Fatalf("parseValue(%q) = %q %d %q, which writes back as %q", v, random, token, identity, got)
 		}
 	})

@@ -331,7 +331,9 @@ func TestForeignValue(t *testing.T) {
 	h := newHarness()
 	key := electiontest.Key(t)
 	raw := client(t, srv.Addr())
-	if err := raw.Set(ctx, key, "not tenure's \x00\xff", 700*time.Millisecond).Err(); err != nil {
+	const foreignTTL = 700 * time.Millisecond
+	set := time.Now() // the value expires no earlier than foreignTTL from here
+	if err := raw.Set(ctx, key, "not tenure's \x00\xff", foreignTTL).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e, b := h.NewElector(t, key, "a")
@@ -348,9 +350,15 @@ func TestForeignValue(t *testing.T) {
 	if v, err := raw.Get(ctx, key).Result(); err != nil || v != "not tenure's \x00\xff" {
 		t.Fatalf("the foreign value became %q, %v", v, err)
 	}
+	if ttl, err := raw.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > foreignTTL {
+		t.Fatalf("the foreign value's TTL is %v, %v after TryCampaign; want its own, at most %v (not extended)", ttl, err, foreignTTL)
+	}
 	// It expires; then tenure takes the key.
 	if _, err := e.Campaign(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if waited := time.Since(set); waited < foreignTTL {
+		t.Fatalf("elected %v after the foreign value was set, before its %v expiry: tenure did not wait for it", waited, foreignTTL)
 	}
 }
 
@@ -668,14 +676,23 @@ func TestServerRestartDemotesHolder(t *testing.T) {
 	select {
 	case <-a.Done():
 		t.Logf("holder demoted %v after the restart: %v", time.Since(restarted), a.Err())
+		if !errors.Is(a.Err(), tenure.ErrOwnershipLost) {
+			t.Errorf("holder demoted with %v, want ErrOwnershipLost (its watchdog finds the key gone)", a.Err())
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("holder still leads 5 s after a restart that lost its key (IsLeader %v)", a.IsLeader())
 	}
 	select {
 	case err := <-got:
-		t.Logf("waiter elected %v after the restart: %v", time.Since(restarted), err)
+		if err != nil {
+			t.Fatalf("waiter's Campaign after the restart: %v", err)
+		}
+		t.Logf("waiter elected %v after the restart", time.Since(restarted))
 	case <-time.After(5 * time.Second):
 		t.Fatal("waiter not elected within 5 s of the restart")
+	}
+	if !w.IsLeader() {
+		t.Fatalf("the waiter does not lead after its Campaign returned: %v", w.Err())
 	}
 }
 

@@ -86,6 +86,10 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 			if !strings.HasPrefix(msg, "tenure") {
 				t.Fatalf("stderr %q does not start with tenure", msg)
 			}
+			// An unknown command is followed by the usage, after a blank line.
+			if first, rest, _ := strings.Cut(strings.TrimSuffix(msg, "\n"), "\n"); rest != "" && (c.name != "unknown command" || !strings.HasPrefix(rest, "\ntenure: leader election")) {
+				t.Fatalf("stderr is not one line: %q, then %q", first, rest)
+			}
 		})
 	}
 }

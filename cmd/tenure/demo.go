@@ -211,8 +211,13 @@ func demo(out io.Writer) error {
 	say("%s's link is healed; it campaigns again behind the others", leader.name)
 
 	fmt.Fprintf(out, "\nfailover   from  to    terms         took\n")
+	last := uint64(0)
 	for _, r := range summary {
 		fmt.Fprintf(out, "%-10s %-5s %-5s %5d → %-5d %v\n", r.what, r.from, r.to, r.terms[0], r.terms[1], r.took.Round(time.Microsecond))
+		if r.terms[0] < last || r.terms[1] <= r.terms[0] {
+			return fmt.Errorf("%s: term %d → %d after %d: terms must only grow", r.what, r.terms[0], r.terms[1], last)
+		}
+		last = r.terms[1]
 	}
 	fmt.Fprintf(out, "\nterms only grew; every failover but the resignation waited for the TTL (%v) to run out on the server.\n", demoTTL)
 	return nil
