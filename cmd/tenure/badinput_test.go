@@ -51,6 +51,8 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 		{"zk key under /zookeeper", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/zookeeper/x", "--", "true"}, "reserves"},
 		{"zk sub-second ttl", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "500ms", "--grace", "0s", "--", "true"}, "at least 1s"},
 		{"zk ttl above the server's maximum", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "30s", "--", "true"}, "negotiated"},
+		{"zk leader ttl above the server's maximum", []string{"leader", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "30s"}, "negotiated"},
+		{"zk leader sub-second ttl", []string{"leader", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "500ms"}, "at least 1s"},
 		{"zk unreachable", []string{"exec", "--backend", "zk", "--endpoints", "127.0.0.1:1", "--dial-timeout", "1s", "--key", "/k", "--", "true"}, "cannot reach zookeeper"},
 	}
 	for _, c := range cases {

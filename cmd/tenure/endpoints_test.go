@@ -51,3 +51,14 @@ func TestEndpoints_DefaultIsTheBackendsPort(t *testing.T) {
 		}
 	}
 }
+
+// TestLeader_ZKTTLIsTheObserversSessionTimeout: tenure leader on ZooKeeper
+// opens its session with --ttl, so it works against a server whose session
+// timeouts exclude the default 10 s (the bad-input cases show a --ttl the
+// server refuses is named as such).
+func TestLeader_ZKTTLIsTheObserversSessionTimeout(t *testing.T) {
+	out, code := runCLI(t, "leader", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/"+testKey(t), "--ttl", "4s")
+	if code != exitVacant || strings.TrimSpace(out) != "vacant" {
+		t.Fatalf("tenure leader --ttl 4s on a vacant znode: %q, exit %d; want vacant, 3", out, code)
+	}
+}

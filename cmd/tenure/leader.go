@@ -28,8 +28,9 @@ func cmdLeader(args []string, stdout, stderr io.Writer) int {
 	c.register(fs)
 	watch := fs.Bool("watch", false, "print every change of leader until interrupted")
 	asJSON := fs.Bool("json", false, "print JSON objects, one a line")
+	ttl := fs.Duration("ttl", 10*time.Second, "zk: the observer's session timeout, which the server's min/maxSessionTimeout must allow (etcd and redis ignore it)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: tenure leader --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--watch] [--json]
+		fmt.Fprint(stderr, `Usage: tenure leader --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--ttl 10s] [--watch] [--json]
 
 Prints the holder of KEY as "IDENTITY term=N" (or "vacant"), and exits 3
 when KEY is vacant. Examples:
@@ -50,13 +51,16 @@ Flags:
 	if err == nil {
 		err = c.validate()
 	}
+	if err == nil && c.backend == "zookeeper" {
+		err = c.checkTTL(*ttl)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	b, closeBackend, err := c.open(ctx, 10*time.Second)
+	b, closeBackend, err := c.open(ctx, *ttl)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitUsage
