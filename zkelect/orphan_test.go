@@ -91,3 +91,56 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 		})
 	}
 }
+
+// TestEnqueue_AgainAfterAFailedReadKeepsTheNode: Enqueue on a key where the
+// session already has a node (an earlier campaign's delete failed) returns
+// that node. When that Enqueue fails partway (its ctx ends while the link
+// is slow), the node must stay known to the session: forgetting it while
+// it exists would make the next Enqueue queue a second node behind it.
+func TestEnqueue_AgainAfterAFailedReadKeepsTheNode(t *testing.T) {
+	p, err := faultproxy.New(server.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := zkelect.Dial(ctx, []string{p.Addr()}, 8*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: 8 * time.Second, RenewInterval: 8 * time.Second / 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(context.Background())
+	admin := rawConn(t, "", "")
+	key := electiontest.Key(t)
+	first, err := sess.Enqueue(ctx, key, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each request now takes 600 ms: the Enqueue below is given up during
+	// its first read, then during its second (before the fix, a read of
+	// the node's data, after which it forgot the node).
+	for _, giveUpAfter := range []time.Duration{300 * time.Millisecond, 900 * time.Millisecond} {
+		p.Delay(300 * time.Millisecond)
+		ectx, ecancel := context.WithTimeout(ctx, giveUpAfter)
+		_, _ = sess.Enqueue(ectx, key, "a")
+		ecancel()
+		p.Delay(0)
+		time.Sleep(time.Second) // what was in flight arrives
+		again, err := sess.Enqueue(ctx, key, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Name != first.Name || again.Token != first.Token {
+			t.Fatalf("given up after %v, then Enqueue again: node %s (czxid %d), want the session's node %s (czxid %d)", giveUpAfter, again.Name, again.Token, first.Name, first.Token)
+		}
+		waitUntil(t, "one node in the queue", func() bool {
+			c, _, err := admin.Children(key)
+			return err == nil && len(c) == 1
+		})
+	}
+}

@@ -77,21 +77,30 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 	}
 	s.mu.Unlock()
 	if prev != "" {
-		var ok bool
-		if err := retry(ctx, func() (err error) {
-			ok, err = s.owned(ctx, election.Ticket{Name: prev, Token: prevZxid})
-			return err
+		// One read: the node, if still this session's, and the identity it
+		// carries. A failed read keeps prev: forgetting a node that may
+		// still exist would leave it in the queue, owned by a live session
+		// that no campaign knows of.
+		type node struct {
+			data []byte
+			st   *zk.Stat
+		}
+		var n node
+		if err := retry(ctx, func() error {
+			var err error
+			n, err = call(ctx, s.b, func() (node, error) {
+				d, st, err := s.b.conn.Get(prev)
+				return node{d, st}, err
+			}, nil)
+			if errors.Is(err, zk.ErrNoNode) {
+				n, err = node{}, nil
+			}
+			return translate("get "+prev, err)
 		}); err != nil {
 			return election.Ticket{}, err
 		}
-		if ok {
-			data, err := call(ctx, s.b, func() ([]byte, error) {
-				d, _, err := s.b.conn.Get(prev)
-				return d, err
-			}, nil)
-			if err == nil {
-				return election.Ticket{Key: key, Identity: string(data), Token: prevZxid, Name: prev}, nil
-			}
+		if n.st != nil && uint64(n.st.Czxid) == prevZxid && n.st.EphemeralOwner == s.id && s.alive() {
+			return election.Ticket{Key: key, Identity: string(n.data), Token: prevZxid, Name: prev}, nil
 		}
 		s.forget(prev)
 	}
@@ -267,16 +276,6 @@ func (s *session) forget(p string) {
 	delete(s.parked, p)
 	delete(s.prefetched, p)
 	s.mu.Unlock()
-}
-
-// owned re-reads t's node: it must exist with t's czxid and be owned by
-// this session, which must still be the connection's session.
-func (s *session) owned(ctx context.Context, t election.Ticket) (bool, error) {
-	st, ok, err := s.stat(ctx, t.Name)
-	if err != nil {
-		return false, err
-	}
-	return ok && uint64(st.Czxid) == t.Token && st.EphemeralOwner == s.id && s.alive(), nil
 }
 
 // Ahead counts the contenders before t.
