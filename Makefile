@@ -37,11 +37,14 @@ bench-quick:
 	status=$$?; echo "bench-quick report: $$dir/benchmarks.md"; exit $$status
 
 # The fault-injection safety suite's long mode (test/chaos): every scenario
-# on a three-member etcd cluster and a three-server ZooKeeper ensemble, for
-# CHAOS_DURATION per backend (the two backends run side by side), then the
-# table. The last line is "violations: N"; the exit status is non-zero on
-# any violation. CHAOS_LANES (4) elections run in parallel, CHAOS_ROUNDS (5)
-# faults each per run.
+# on a three-member etcd cluster, a three-server ZooKeeper ensemble and one
+# redis-server (Redis skips expire and leaderkill), for CHAOS_DURATION per
+# backend, then the table. The backends run side by side as parallel
+# subtests, at most GOMAXPROCS at a time (on 2 cores one waits for another
+# to finish). CHAOS_BACKENDS (comma-separated: etcd,zookeeper,redis) narrows
+# the backends. The last line is "violations: N"; the exit status is
+# non-zero on any violation. CHAOS_LANES (4) elections run in parallel,
+# CHAOS_ROUNDS (5) faults each per run.
 CHAOS_DURATION ?= 3m
 chaos:
 	@dir=$$(mktemp -d) && go test -c -o $$dir/chaos.test ./test/chaos/ && \

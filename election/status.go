@@ -122,8 +122,9 @@ func (e *Elector) wedged() string {
 // Handler serves HTTP endpoints for load balancers, supervisors and
 // Prometheus:
 //
-//	/healthz  200, or 503 when this process believes it leads past its lease
-//	          deadline or its elected work outlived its term (restart it)
+//	/healthz  200, or 503 when this process believes it leads more than
+//	          Config.StopTimeout past its lease deadline, or its elected
+//	          work outlived its term by StopTimeout (restart it)
 //	/leader   200 on the leader, 503 elsewhere (as Patroni's /primary, for
 //	          HAProxy and load balancers)
 //	/status   JSON Status
