@@ -556,15 +556,16 @@ func testCutOffDemotesFirst(t *testing.T, h Harness) {
 	waitFor(t, 5*h.TTL, "b to queue", func() bool { return position(ctx, b) == 1 })
 	cut := time.Now()
 	heal := h.CutOff(t, ba)
-	var stoppedA, electedB time.Time
+	var stoppedA, demotedA, electedB time.Time
 	timeout := time.After(3*h.TTL + h.FailoverSlack)
-	for stoppedA.IsZero() || electedB.IsZero() {
+	for stoppedA.IsZero() || demotedA.IsZero() || electedB.IsZero() {
 		select {
 		case ev := <-events:
 			switch {
 			case ev.who == "a" && ev.what == "stopped":
 				stoppedA = ev.at
-			case ev.who == "a" && ev.what == "demoted":
+			case ev.who == "a" && ev.what == "demoted" && demotedA.IsZero():
+				demotedA = ev.at
 				if !errors.Is(ev.reason, tenure.ErrLeaseExpired) {
 					t.Errorf("a demoted with %v, want ErrLeaseExpired", ev.reason)
 				}
@@ -572,7 +573,7 @@ func testCutOffDemotesFirst(t *testing.T, h Harness) {
 				electedB = ev.at
 			}
 		case <-timeout:
-			t.Fatalf("after cutting a off: a stopped at %v, b elected at %v", stoppedA, electedB)
+			t.Fatalf("after cutting a off: a stopped at %v, demoted at %v, b elected at %v", stoppedA, demotedA, electedB)
 		}
 	}
 	t.Logf("a cut off; a's work cancelled after %v, b elected after %v (%v later)",
