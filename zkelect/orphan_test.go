@@ -29,23 +29,9 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 		{"own-node read lost", 450 * time.Millisecond},
 	} {
 		t.Run(cut.name, func(t *testing.T) {
-			p, err := faultproxy.New(server.Endpoints()[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			b, err := zkelect.Dial(ctx, []string{p.Addr()}, 8*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: 8 * time.Second, RenewInterval: 8 * time.Second / 3})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sess.Close(context.Background())
+			p, b, sess := sessionBehindProxy(t, ctx)
 			id := b.Conn().SessionID()
 			admin := rawConn(t, "", "")
 			key := electiontest.Key(t)
@@ -98,23 +84,9 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 // is slow), the node must stay known to the session: forgetting it while
 // it exists would make the next Enqueue queue a second node behind it.
 func TestEnqueue_AgainAfterAFailedReadKeepsTheNode(t *testing.T) {
-	p, err := faultproxy.New(server.Endpoints()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := zkelect.Dial(ctx, []string{p.Addr()}, 8*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: 8 * time.Second, RenewInterval: 8 * time.Second / 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close(context.Background())
+	p, _, sess := sessionBehindProxy(t, ctx)
 	admin := rawConn(t, "", "")
 	key := electiontest.Key(t)
 	first, err := sess.Enqueue(ctx, key, "a")
@@ -143,4 +115,26 @@ func TestEnqueue_AgainAfterAFailedReadKeepsTheNode(t *testing.T) {
 			return err == nil && len(c) == 1
 		})
 	}
+}
+
+// sessionBehindProxy opens a Backend (8 s session timeout) whose link goes
+// through a fault proxy, and a session on it; all three end with the test.
+func sessionBehindProxy(t *testing.T, ctx context.Context) (*faultproxy.Proxy, *zkelect.Backend, election.Session) {
+	t.Helper()
+	p, err := faultproxy.New(server.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	b, err := zkelect.Dial(ctx, []string{p.Addr()}, 8*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: 8 * time.Second, RenewInterval: 8 * time.Second / 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close(context.Background()) })
+	return p, b, sess
 }
