@@ -20,11 +20,18 @@
 //     ordered by that sequence, whatever their prefix (tenure's, Curator's
 //     "_c_…-lock-", kazoo's "…__lock__" or "-lock-"). The lowest leads.
 //   - Each waiter watches only its predecessor (no herd effect) and its own
-//     node; before a waiter is told it leads, it re-reads its own node and
-//     checks that its ephemeralOwner is the current session
-//     (apache/curator CURATOR-696).
+//     node; before a waiter is told it leads, a queue read made after its
+//     predecessor went must show its own node first while the connection
+//     still runs the session that created it: a node name (uuid and
+//     sequence) is never reused and an ephemeral node outlives no session,
+//     so its ephemeralOwner is the current session (apache/curator
+//     CURATOR-696 gave two leaders without such a check).
 //   - When a create's reply is lost, the node is looked up by its uuid and
-//     session; no error path leaves an orphan node behind.
+//     session. A node that an Enqueue may have made and could not keep
+//     (the caller gave up, the link went down) is deleted in the
+//     background while the ZooKeeper session lives, by path or by uuid:
+//     the session outlives such outages, and a node no campaign knows of
+//     would block the queue for as long as the process runs.
 //   - Session expiry is a loss even though go-zookeeper silently opens a new
 //     session: the session is tied to the ZooKeeper session id it started
 //     with.
