@@ -26,7 +26,7 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 		after time.Duration // from the node's creation to the cut
 	}{
 		{"create reply lost", 0},
-		{"own-node read lost", 450 * time.Millisecond},
+		{"own-node read lost", 750 * time.Millisecond},
 	} {
 		t.Run(cut.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -36,10 +36,12 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 			admin := rawConn(t, "", "")
 			key := electiontest.Key(t)
 
-			// Every byte now waits 300 ms each way: the create reaches the
-			// server at once, its reply 300 ms later, and the reads that
-			// follow it another 600 ms on.
-			p.Delay(300 * time.Millisecond)
+			// Every byte now waits 500 ms each way: the create reaches the
+			// server 500 ms on, its reply comes back 500 ms later, and the
+			// reads that follow it reach the server 500 ms after that and
+			// come back at 1.5 s from the node's creation. Each cut lands
+			// with at least 500 ms to spare.
+			p.Delay(500 * time.Millisecond)
 			ectx, giveUp := context.WithCancel(ctx)
 			defer giveUp()
 			done := make(chan error, 1)
