@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/election/electiontest"
 	"github.com/tenure-go/tenure/internal/faultproxy"
@@ -24,9 +26,13 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 	for _, cut := range []struct {
 		name  string
 		after time.Duration // from the node's creation to the cut
+		// blackhole: the link drops every byte until the client gives
+		// up on it, instead of being cut and reconnected at once, so
+		// that the reads Enqueue makes after giving up fail too.
+		blackhole bool
 	}{
-		{"create reply lost", 0},
-		{"own-node read lost", 750 * time.Millisecond},
+		{"create reply lost", 0, false},
+		{"own-node read lost", 750 * time.Millisecond, true},
 	} {
 		t.Run(cut.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -58,11 +64,27 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 				return node != ""
 			})
 			time.Sleep(cut.after)
-			giveUp()
-			p.Delay(0)
-			p.Cut() // the reply in flight is lost; the client reconnects
-			if err := <-done; err == nil {
-				t.Fatal("Enqueue succeeded after its ctx ended with the reply lost")
+			if cut.blackhole {
+				p.Blackhole()
+				giveUp()
+				if err := <-done; err == nil {
+					t.Fatal("Enqueue succeeded after its ctx ended with the reply lost")
+				}
+				// go-zookeeper gives the link up after 2/3 of the session
+				// timeout; heal it then, well before the server would
+				// expire the session.
+				waitUntil(t, "the client to give the link up", func() bool {
+					return b.Conn().State() != zk.StateHasSession
+				})
+				p.Delay(0)
+				p.Heal()
+			} else {
+				giveUp()
+				p.Delay(0)
+				p.Cut() // the reply in flight is lost; the client reconnects
+				if err := <-done; err == nil {
+					t.Fatal("Enqueue succeeded after its ctx ended with the reply lost")
+				}
 			}
 
 			waitUntil(t, "the connection back on the same session", func() bool {
