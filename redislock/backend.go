@@ -585,8 +585,22 @@ func (b *Backend) subscribe(ctx context.Context, ch string) (*subscription, erro
 	s := &subscription{ch: make(chan struct{}, 1)}
 	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
 		ps := c.Subscribe(ctx, ch)
-		if _, err := ps.Receive(ctx); err != nil { // the subscription is active
+		// The reply says the subscription is active. go-redis's Receive
+		// watches neither ctx nor, by default, the clock: a master that
+		// stalls mid-subscribe would hold the campaign, and every other
+		// master's reply with it, for good. The client's read timeout
+		// bounds the wait, and ctx ending closes the subscription, which
+		// ends the read.
+		stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+		_, err := ps.ReceiveTimeout(ctx, max(c.Options().ReadTimeout, 0))
+		if !stop() && err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
 			_ = ps.Close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, err
 		}
 		return ps, nil
