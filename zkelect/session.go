@@ -186,21 +186,9 @@ func (s *session) Close(ctx context.Context) error {
 
 // reap deletes the node p in the background until it is gone, the
 // ZooKeeper session id ends (the node goes with it), or the Backend
-// closes. It deletes p only while p is owned by session id and, when z is
-// not 0, has czxid z: a name is never reused, but a node found by name
-// alone could be another session's.
+// closes.
 func (b *Backend) reap(id int64, p string, z uint64) {
-	b.reapLoop(id, func() bool {
-		ok, st, err := b.conn.Exists(p)
-		if err != nil {
-			return false
-		}
-		if !ok || st.EphemeralOwner != id || z != 0 && uint64(st.Czxid) != z {
-			return true
-		}
-		err = b.conn.Delete(p, st.Version)
-		return err == nil || errors.Is(err, zk.ErrNoNode)
-	})
+	b.reapLoop(id, func() bool { return b.deleteOwned(id, p, z) })
 }
 
 // reapGUID deletes, in the background, every node under key that session
@@ -218,23 +206,27 @@ func (b *Backend) reapGUID(id int64, key, guid string) {
 		}
 		clean := true
 		for _, c := range children {
-			if guidOf(c) != guid {
-				continue
-			}
-			p := path.Join(key, c)
-			ok, st, err := b.conn.Exists(p)
-			switch {
-			case err != nil:
+			if guidOf(c) == guid && !b.deleteOwned(id, path.Join(key, c), 0) {
 				clean = false
-			case !ok || st.EphemeralOwner != id:
-			default:
-				if err := b.conn.Delete(p, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
-					clean = false
-				}
 			}
 		}
 		return clean
 	})
+}
+
+// deleteOwned deletes p if session id owns it and, when z is not 0, its
+// czxid is z (a name is never reused, but a node found by name alone could
+// be another session's). done is false when the link failed: try again.
+func (b *Backend) deleteOwned(id int64, p string, z uint64) (done bool) {
+	ok, st, err := b.conn.Exists(p)
+	if err != nil {
+		return false
+	}
+	if !ok || st.EphemeralOwner != id || z != 0 && uint64(st.Czxid) != z {
+		return true
+	}
+	err = b.conn.Delete(p, st.Version)
+	return err == nil || errors.Is(err, zk.ErrNoNode)
 }
 
 // reapLoop runs try until it reports done, the ZooKeeper session id ends or
