@@ -136,8 +136,18 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 		e.stopLeaseLocked(old)
 	}
 	e.mu.Unlock()
-	sess, err := e.b.OpenSession(ctx, SessionOptions{TTL: e.cfg.TTL, RenewInterval: e.cfg.RenewInterval, Now: e.clock.Now})
+	// Close must reach a session being opened too: during an outage the
+	// backend's client may wait for a connection until its ctx ends, and
+	// Run's ctx often never does.
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(e.ctx, cancel)
+	defer stop()
+	sess, err := e.b.OpenSession(octx, SessionOptions{TTL: e.cfg.TTL, RenewInterval: e.cfg.RenewInterval, Now: e.clock.Now})
 	if err != nil {
+		if e.ctx.Err() != nil && ctx.Err() == nil {
+			return nil, tenure.ErrClosed
+		}
 		return nil, e.ctxErr(ctx, err)
 	}
 	l := newLease(sess, e.clock, e.cfg.DeadlineMargin, e.cfg.CleanupTimeout, e.log, e.rec.sessionLost, e.rec.renewalFailed)

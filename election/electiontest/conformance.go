@@ -115,6 +115,7 @@ func Run(t *testing.T, h Harness) {
 		{"ObserveSeesVacancyAndLeaders", testObserve},
 		{"CloseReleases", testCloseReleases},
 		{"CloseDuringRunWaitsForWork", testCloseDuringRun},
+		{"CloseEndsRunCutOffBeforeItsSession", testCloseDuringOutage},
 		{"CutOffHealedAtDeadlineNoOverlap", testHealAtDeadline},
 		{"TwoRunsNeverRunWorkTwice", testTwoRuns},
 		{"BriefCutOffKeepsLeadership", testBriefCutOff},
@@ -931,6 +932,30 @@ func testCloseDuringRun(t *testing.T, h Harness) {
 	elected := <-bAt
 	if ret := time.Unix(0, s.returned.Load()); s.returned.Load() == 0 || !elected.After(ret) {
 		t.Fatalf("b elected at %v, before a's work returned (%v)", elected, ret)
+	}
+}
+
+// testCloseDuringOutage: Close ends a Run whose elector was cut off from
+// the server before it had a session. Run's ctx never ends here, and a
+// client that waits for a connection until its ctx ends (etcd's does)
+// must not hold Run, opening a session, past Close.
+func testCloseDuringOutage(t *testing.T, h Harness) {
+	a, ba := h.NewElector(t, Key(t), "a")
+	heal := h.CutOff(t, ba)
+	defer heal()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background(), tenure.Callbacks{}) }()
+	time.Sleep(h.TTL / 2) // Run is opening its session, or trying again
+	if err := a.Close(ctxT(t, 2*h.TTL)); err != nil {
+		t.Logf("Close while cut off: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, tenure.ErrClosed) {
+			t.Fatalf("Run after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(3 * h.TTL):
+		t.Fatal("Run still running 3 TTL after Close, cut off from the server")
 	}
 }
 
