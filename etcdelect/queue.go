@@ -3,6 +3,7 @@ package etcdelect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -17,7 +18,10 @@ import (
 // lease unless the session already has that entry. The transaction is
 // idempotent, so transient failures are retried until ctx ends (the elector
 // ends it when the session can no longer be trusted). When it gives up with
-// the outcome unknown, it deletes the entry on a fresh context.
+// the outcome unknown, it deletes the entry on a fresh context; when that
+// fails too, it ends the session, whose lease takes the entry with it (a
+// TTL later at the latest): kept alive, an entry no campaign knows of would
+// hold the queue for as long as the session lives.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
 	name := entryName(key, s.id)
 	var resp *clientv3.TxnResponse
@@ -48,14 +52,18 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 	return t, nil
 }
 
-// deleteOwn deletes name if it is attached to this session's lease.
+// deleteOwn deletes name if it is attached to this session's lease, or
+// ends the session when it cannot.
 func (s *session) deleteOwn(ctx context.Context, name string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.TTL)
 	defer cancel()
-	_, _ = s.cli.Txn(cctx).
+	_, err := s.cli.Txn(cctx).
 		If(clientv3.Compare(clientv3.LeaseValue(name), "=", s.id)).
 		Then(clientv3.OpDelete(name)).
 		Commit()
+	if err != nil {
+		s.expired(fmt.Errorf("entry %s may stand after a failed enqueue and could not be deleted: %w", name, err))
+	}
 }
 
 // read returns t's own entry (nil when gone or replaced) and the newest
