@@ -242,6 +242,13 @@ func (b *Backend) channel(key string) string { return b.opts.ChannelPrefix + key
 
 const waitingSuffix = ":waiting"
 
+// goneInfix names a campaign's tombstone: "<key>:gone:<random>".
+const goneInfix = ":gone:"
+
+// maxWakeTries bounds the waiters one release tries to wake: each that no
+// subscriber hears is dropped and the next is tried.
+const maxWakeTries = 16
+
 // luaNow starts the scripts that need the server's time: now, in ms.
 const luaNow = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -254,11 +261,18 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 // wakes one of them, so that a handoff costs a few commands however many
 // wait (waking all of them made every waiter run the acquire script).
 var (
-	// KEYS: lock, counter, waiting. ARGV: random, identity, ttl ms,
-	// channel, waiting member ("<session> <random>"). Returns {1, token}
-	// when the lock is (now or already) the caller's, {0, pttl} when
+	// KEYS: lock, counter, waiting, tombstone. ARGV: random, identity, ttl
+	// ms, channel, waiting member ("<session> <random>"). Returns {1,
+	// token} when the lock is (now or already) the caller's, {0, pttl} when
 	// someone else holds it; then the caller is registered as waiting.
+	// Returns {-1, 0}, and does nothing, when the random part's campaign
+	// has ended (its tombstone stands): a try that reaches the server after
+	// its own clean-up.
 	acquireScript = redis.NewScript(luaNow + `
+-- GET, not EXISTS: the ACL in docs/security.md grants GET.
+if redis.call('GET', KEYS[4]) then
+  return {-1, 0}
+end
 local v = redis.call('GET', KEYS[1])
 local p = ARGV[1] .. ' '
 if v then
@@ -279,25 +293,44 @@ redis.call('SET', KEYS[1], p .. tok .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3])
 redis.call('PUBLISH', ARGV[4], 'acquired')
 return {1, tok}
 `)
-	// KEYS: lock, waiting. ARGV: random, channel, waiting member. Deletes
-	// the lock only if it is the caller's, and the caller's waiting entry.
-	// After a delete it drops the waiters not heard from within their TTL,
-	// publishes the random part of the one heard from least recently on
-	// that waiter's session channel ("<channel>:<session>"), so that only
-	// it wakes, and "released" on the key's channel, for observers.
+	// KEYS: lock, waiting, tombstone. ARGV: random, channel, waiting
+	// member, tombstone ms ("0": none), keep ("1": keep the caller's
+	// waiting entry). Deletes the lock only if it is the caller's, and,
+	// unless kept, the caller's waiting entry; with a tombstone, it marks
+	// the random part's campaign ended, so that a try still on its way
+	// does nothing (acquireScript).
+	//
+	// After a delete it drops the waiters not heard from within their TTL
+	// and wakes the one heard from least recently: it publishes that
+	// waiter's random part on the waiter's session channel
+	// ("<channel>:<session>"), so that only it wakes. A waiter whose
+	// channel has no subscriber cannot hear it (its process died and its
+	// connection closed, or it is between its first try and its
+	// subscription, after which it tries again): it is dropped, and the
+	// next one is woken, up to maxWakeTries. Last, it publishes "released"
+	// on the key's channel, for observers.
 	releaseScript = redis.NewScript(luaNow + `
-redis.call('ZREM', KEYS[2], ARGV[3])
+if ARGV[5] ~= '1' then
+  redis.call('ZREM', KEYS[2], ARGV[3])
+end
+if tonumber(ARGV[4]) > 0 then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+end
 local v = redis.call('GET', KEYS[1])
 local p = ARGV[1] .. ' '
 if v and string.sub(v, 1, #p) == p then
   redis.call('DEL', KEYS[1])
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  local next = redis.call('ZRANGE', KEYS[2], 0, 0)
-  if next[1] then
-    local sp = string.find(next[1], ' ', 1, true)
-    if sp then
-      redis.call('PUBLISH', ARGV[2] .. ':' .. string.sub(next[1], 1, sp - 1), string.sub(next[1], sp + 1))
+  for i = 1, ` + strconv.Itoa(maxWakeTries) + ` do
+    local next = redis.call('ZRANGE', KEYS[2], 0, 0)
+    if not next[1] then
+      break
     end
+    local sp = string.find(next[1], ' ', 1, true)
+    if sp and redis.call('PUBLISH', ARGV[2] .. ':' .. string.sub(next[1], 1, sp - 1), string.sub(next[1], sp + 1)) > 0 then
+      break
+    end
+    redis.call('ZREM', KEYS[2], next[1])
   end
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1

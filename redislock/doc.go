@@ -48,13 +48,20 @@
 //     release wakes one waiter, the one heard from least recently, by a
 //     PUBLISH on that waiter's channel: a handoff costs a few commands and
 //     one message however many wait, and nobody sleeps a random interval
-//     between retries. A waiter that is not woken (a lost message, or the
-//     woken waiter died on the way) tries again when the holder's key would
-//     expire, at most a TTL later.
+//     between retries. A waiter whose channel has no subscriber (its
+//     process died) is dropped by the release, which wakes the next. A
+//     waiter that is not woken (a lost message, or the woken waiter stalled
+//     or died on the way) tries again when the holder's key would expire,
+//     at most a TTL later.
+//   - Late tries: a try whose reply was lost may still reach a master
+//     after its campaign's clean-up. The clean-up of such a campaign leaves
+//     a tombstone, "<key>:gone:<random>", for max(2 × TTL, 1 min), and a
+//     try that finds its tombstone does nothing.
 //   - Redlock: given N > 1 independent masters, an acquisition needs N/2+1
 //     of them within the validity time (TTL - time spent - clock drift);
-//     otherwise it is undone on all of them, and an error names the masters
-//     that failed. Release and extension go to every master.
+//     otherwise it is undone on all of them (its waiting registrations
+//     stay), and an error names the masters that failed. Release and
+//     extension go to every master.
 //
 // Waiters are not served in arrival order (Redis has no queue): whoever
 // wins the race after a release holds.

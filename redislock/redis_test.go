@@ -158,6 +158,24 @@ func newHarness() electiontest.Harness {
 
 func TestConformance_Redis(t *testing.T) { electiontest.Run(t, newHarness()) }
 
+// startMasters starts n Redis servers of their own for the test (stopped
+// at its end) and returns them with a client each.
+func startMasters(t *testing.T, n int) ([]*redisserver.Server, []*redis.Client) {
+	t.Helper()
+	var servers []*redisserver.Server
+	var clients []*redis.Client
+	for i := range n {
+		s, err := redisserver.Start(fmt.Sprintf("%s/%s-%d", baseDir, t.Name(), i), redisserver.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		servers = append(servers, s)
+		clients = append(clients, client(t, s.Addr()))
+	}
+	return servers, clients
+}
+
 // TestStaleReleaseDeletesNothing: a holder whose key expired (it was cut
 // off) and was taken by another releases nothing of the new holder's.
 func TestStaleReleaseDeletesNothing(t *testing.T) {
@@ -256,17 +274,7 @@ func TestWatchdogKeepsLongJob(t *testing.T) {
 // the masters that failed.
 func TestRedlockQuorum(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	var servers []*redisserver.Server
-	var clients []*redis.Client
-	for i := range 5 {
-		s, err := redisserver.Start(fmt.Sprintf("%s/%s-%d", baseDir, t.Name(), i), redisserver.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		servers = append(servers, s)
-		clients = append(clients, client(t, s.Addr()))
-	}
+	servers, clients := startMasters(t, 5)
 	b, err := redislock.New(clients, redislock.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -598,21 +606,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	calls := func() int64 {
-		info, err := admin.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var total int64
-		for _, line := range strings.Split(info, "\n") {
-			if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-				var n int64
-				fmt.Sscanf(strings.SplitN(strings.TrimPrefix(strings.SplitN(line, ":", 2)[1], "calls="), ",", 2)[0], "%d", &n)
-				total += n
-			}
-		}
-		return total
-	}
+	calls := func() int64 { return scriptCalls(t, ctx, admin) }
 	before := calls()
 	holder := es[0]
 	for range handoffs {

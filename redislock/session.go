@@ -47,6 +47,7 @@ type entry struct {
 	lost    chan struct{} // closed when the lock is found gone or taken
 	lostErr error
 	waiting bool          // registered in "<key>:waiting" by a failed try
+	unsure  bool          // a try's reply was lost: it may land later
 	kick    chan struct{} // the registration lapsed: try again (and register)
 }
 
@@ -123,7 +124,7 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 	start := s.now()
 	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
 	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
-		return acquireScript.Run(ctx, c, []string{e.t.Key, e.t.Key + fenceSuffix, e.t.Key + waitingSuffix},
+		return acquireScript.Run(ctx, c, []string{e.t.Key, e.t.Key + fenceSuffix, e.t.Key + waitingSuffix, s.tombstone(e)},
 			e.t.Name, e.t.Identity, ttlMs, b.channel(e.t.Key), s.member(e)).Slice()
 	})
 	elapsed := s.now().Sub(start)
@@ -132,6 +133,9 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 	var wait time.Duration
 	for _, r := range rs {
 		if r.err != nil {
+			// The script may have run, or may still run: its clean-up
+			// must leave a tombstone.
+			e.unsure = true
 			continue
 		}
 		answered++
@@ -157,8 +161,10 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 		return true, 0, nil
 	}
 	if got > 0 {
-		// A minority, or too late: undo it everywhere, as Redlock does.
-		s.releaseLocked(context.WithoutCancel(ctx), e)
+		// A minority, or too late: undo it everywhere, as Redlock does,
+		// but keep the waiting entries this try made, so that the
+		// holder's release on those masters still wakes e.
+		s.releaseLocked(context.WithoutCancel(ctx), e, keepWaiting)
 	}
 	if answered < b.quorum() {
 		if ctx.Err() != nil {
@@ -170,14 +176,42 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 	return false, wait, nil
 }
 
+// releaseMode says what a release does besides deleting the key.
+type releaseMode int
+
+const (
+	// finalRelease ends e's campaign: its waiting entry goes, and, when a
+	// try's reply was lost, a tombstone keeps that try from acting later.
+	finalRelease releaseMode = iota
+	// keepWaiting undoes a try that took a minority of the masters; e
+	// goes on waiting.
+	keepWaiting
+)
+
+// tombstone names e's tombstone key.
+func (s *session) tombstone(e *entry) string { return e.t.Key + goneInfix + e.t.Name }
+
+// tombstoneTTL is how long a tombstone stands: longer than any try can
+// sensibly stay on its way (the client gave up on it after its read
+// timeout), and never shorter than a minute.
+func (s *session) tombstoneTTL() time.Duration { return max(2*s.ttl, time.Minute) }
+
 // releaseLocked deletes e's key on every master where it is e's. It
 // returns an error when fewer than a quorum answered. e.mu must be held.
-func (s *session) releaseLocked(ctx context.Context, e *entry) error {
+func (s *session) releaseLocked(ctx context.Context, e *entry, mode releaseMode) error {
 	b := s.b
 	ctx, cancel := context.WithTimeout(ctx, s.ttl)
 	defer cancel()
+	tomb, keep := "0", "0"
+	switch {
+	case mode == keepWaiting:
+		keep = "1"
+	case e.unsure:
+		tomb = strconv.FormatInt(s.tombstoneTTL().Milliseconds(), 10)
+	}
 	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
-		return releaseScript.Run(ctx, c, []string{e.t.Key, e.t.Key + waitingSuffix}, e.t.Name, b.channel(e.t.Key), s.member(e)).Int64()
+		return releaseScript.Run(ctx, c, []string{e.t.Key, e.t.Key + waitingSuffix, s.tombstone(e)},
+			e.t.Name, b.channel(e.t.Key), s.member(e), tomb, keep).Int64()
 	})
 	answered := 0
 	for _, r := range rs {
@@ -188,7 +222,10 @@ func (s *session) releaseLocked(ctx context.Context, e *entry) error {
 	if answered < b.quorum() {
 		return b.quorumErr("release "+e.t.Key, rs, answered)
 	}
-	e.held, e.waiting = false, false
+	e.held = false
+	if mode != keepWaiting {
+		e.waiting = false
+	}
 	return nil
 }
 
@@ -347,7 +384,7 @@ func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.removed = true
-	if err := s.releaseLocked(ctx, e); err != nil {
+	if err := s.releaseLocked(ctx, e, finalRelease); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -524,7 +561,7 @@ func (s *session) Close(ctx context.Context) error {
 			e.removed = true
 			// The key, or the waiting entry; also when neither is known:
 			// a try whose reply was lost may have registered it.
-			errs = append(errs, s.releaseLocked(ctx, e))
+			errs = append(errs, s.releaseLocked(ctx, e, finalRelease))
 			e.mu.Unlock()
 		}
 		s.End(tenure.ErrClosed)

@@ -17,7 +17,6 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/election/electiontest"
-	"github.com/tenure-go/tenure/internal/redisserver"
 	"github.com/tenure-go/tenure/redislock"
 )
 
@@ -113,15 +112,7 @@ func (m *stalledMaster) serve(c net.Conn) {
 func TestRedlock_MasterStalledMidSubscribe(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	stalled := newStalledMaster(t)
-	var clients []*redis.Client
-	for i := range 2 {
-		s, err := redisserver.Start(fmt.Sprintf("%s/%s-%d", baseDir, t.Name(), i), redisserver.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		clients = append(clients, client(t, s.Addr()))
-	}
+	_, clients := startMasters(t, 2)
 	// The stalled master's client reads for up to 2 s: a waiter held by it
 	// for good (before the fix) would never lead below.
 	sc := redis.NewClient(&redis.Options{Addr: stalled.addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second, MaintNotificationsConfig: noMaint()})

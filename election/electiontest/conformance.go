@@ -151,8 +151,10 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// waitFor polls cond every 5 ms until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+// WaitFor polls cond every 5 ms until it holds, and fails t (Fatalf,
+// naming what) when d passes first. Call it from the test's goroutine. For
+// backends' own tests.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -174,7 +176,7 @@ func position(ctx context.Context, e *election.Elector) int {
 func mustVacant(t testing.TB, h Harness, key string) {
 	t.Helper()
 	b := h.NewBackend(t)
-	waitFor(t, 2*h.TTL, "key "+key+" to be vacant", func() bool {
+	WaitFor(t, 2*h.TTL, "key "+key+" to be vacant", func() bool {
 		l, err := b.Leader(ctxT(t, h.TTL), key)
 		return err == nil && l.Vacant
 	})
@@ -286,7 +288,7 @@ func testNeverTwoLeaders(t *testing.T, h Harness) {
 			}})
 		}()
 	}
-	waitFor(t, 30*h.TTL, fmt.Sprintf("%d elections", want), func() bool {
+	WaitFor(t, 30*h.TTL, fmt.Sprintf("%d elections", want), func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(history) >= want
@@ -374,7 +376,7 @@ func arrivalOrder(t *testing.T, h Harness, limit time.Duration, newCandidate fun
 		}()
 		// Wait until this waiter is queued (behind the holder and the
 		// earlier waiters) before the next one arrives.
-		waitFor(t, 5*h.TTL, id+" to queue", func() bool {
+		WaitFor(t, 5*h.TTL, id+" to queue", func() bool {
 			p, err := c.position(ctx)
 			return err == nil && p == i+1
 		})
@@ -407,7 +409,7 @@ func testCancelWhileWaiting(t *testing.T, h Harness) {
 	wctx, cancel := context.WithCancel(ctx)
 	res := make(chan error, 1)
 	go func() { _, err := waiter.Campaign(wctx); res <- err }()
-	waitFor(t, 5*h.TTL, "waiter to queue", func() bool { return position(ctx, waiter) == 1 })
+	WaitFor(t, 5*h.TTL, "waiter to queue", func() bool { return position(ctx, waiter) == 1 })
 	cancel()
 	err := <-res
 	if !errors.Is(err, tenure.ErrCanceled) || !errors.Is(err, context.Canceled) {
@@ -433,7 +435,7 @@ func testSessionExpiryWhileWaiting(t *testing.T, h Harness) {
 	waiter, _ := h.NewElector(t, key, "waiter")
 	res := make(chan error, 1)
 	go func() { _, err := waiter.Campaign(ctx); res <- err }()
-	waitFor(t, 5*h.TTL, "waiter to queue", func() bool { return position(ctx, waiter) == 1 })
+	WaitFor(t, 5*h.TTL, "waiter to queue", func() bool { return position(ctx, waiter) == 1 })
 	h.ExpireSession(t, key, "waiter")
 	ended := time.Now()
 	select {
@@ -451,7 +453,7 @@ func testSessionExpiryWhileWaiting(t *testing.T, h Harness) {
 	}
 	// A new campaign opens a new session and queues again.
 	go func() { _, err := waiter.Campaign(ctx); res <- err }()
-	waitFor(t, 5*h.TTL, "waiter to queue again", func() bool { return position(ctx, waiter) == 1 })
+	WaitFor(t, 5*h.TTL, "waiter to queue again", func() bool { return position(ctx, waiter) == 1 })
 	if err := holder.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +506,7 @@ func testCrashFailover(t *testing.T, h Harness) {
 		}
 		res <- tb
 	}()
-	waitFor(t, 5*h.TTL, "b to queue", func() bool { return position(ctx, b) == 1 })
+	WaitFor(t, 5*h.TTL, "b to queue", func() bool { return position(ctx, b) == 1 })
 	crashed := time.Now()
 	h.Crash(t, ba)
 	bound := h.TTL + h.FailoverSlack
@@ -554,7 +556,7 @@ func testCutOffDemotesFirst(t *testing.T, h Harness) {
 	}
 	b, _ := h.NewElector(t, key, "b")
 	doneB := run(b, "b")
-	waitFor(t, 5*h.TTL, "b to queue", func() bool { return position(ctx, b) == 1 })
+	WaitFor(t, 5*h.TTL, "b to queue", func() bool { return position(ctx, b) == 1 })
 	cut := time.Now()
 	heal := h.CutOff(t, ba)
 	var stoppedA, demotedA, electedB time.Time
@@ -695,7 +697,7 @@ func testHardStop(t *testing.T, h Harness) {
 		}
 		bres <- time.Now()
 	}()
-	waitFor(t, 5*h.TTL, "b to queue", func() bool { return position(context.Background(), b) == 1 })
+	WaitFor(t, 5*h.TTL, "b to queue", func() bool { return position(context.Background(), b) == 1 })
 	cancelled := time.Now()
 	cancel()
 	select {
@@ -865,7 +867,7 @@ func testFailedResignNewTerm(t *testing.T, h Harness) {
 
 func testDeadlineNewToken(t *testing.T, h Harness) {
 	testNewTermAfterCutOff(t, h, "its lease deadline", func(e *election.Elector) {
-		waitFor(t, 2*h.TTL, "the term to end at its deadline", func() bool { return !e.IsLeader() })
+		WaitFor(t, 2*h.TTL, "the term to end at its deadline", func() bool { return !e.IsLeader() })
 	})
 }
 
@@ -907,7 +909,7 @@ func campaignAt(t *testing.T, h Harness, b *election.Elector) <-chan time.Time {
 		}
 		at <- time.Now()
 	}()
-	waitFor(t, 5*h.TTL, "the waiter to queue", func() bool { return position(context.Background(), b) == 1 })
+	WaitFor(t, 5*h.TTL, "the waiter to queue", func() bool { return position(context.Background(), b) == 1 })
 	return at
 }
 
@@ -971,13 +973,13 @@ func testHealAtDeadline(t *testing.T, h Harness) {
 	b, _ := h.NewElector(t, key, "b")
 	bAt := campaignAt(t, h, b)
 	heal := h.CutOff(t, ba)
-	waitFor(t, 2*h.TTL, "a to be suspended", a.Suspended)
+	WaitFor(t, 2*h.TTL, "a to be suspended", a.Suspended)
 	time.Sleep(time.Until(a.Deadline()) + 10*time.Millisecond)
 	heal()
 	if h.Unordered {
 		// Without a queue, a's next campaign may win the race against b
 		// once a's old entry goes: stop a's Run when its work returned.
-		waitFor(t, 3*h.TTL, "a's work to return", func() bool { return s.returned.Load() != 0 })
+		WaitFor(t, 3*h.TTL, "a's work to return", func() bool { return s.returned.Load() != 0 })
 		cancel()
 	}
 	var elected time.Time
@@ -1023,7 +1025,7 @@ func testTwoRuns(t *testing.T, h Harness) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = e.Run(ctx, cb) }()
 	}
-	waitFor(t, 5*h.TTL, "a few terms", func() bool { return calls.Load() >= 4 })
+	WaitFor(t, 5*h.TTL, "a few terms", func() bool { return calls.Load() >= 4 })
 	cancel()
 	wg.Wait()
 	if m := most.Load(); m != 1 {
@@ -1095,7 +1097,7 @@ func testCutMidCampaign(t *testing.T, h Harness) {
 		wt, err = waiter.Campaign(ctx)
 		got <- err
 	}()
-	waitFor(t, 5*h.TTL, "the waiter to queue", func() bool { return position(ctx, waiter) == 1 })
+	WaitFor(t, 5*h.TTL, "the waiter to queue", func() bool { return position(ctx, waiter) == 1 })
 	for range 5 {
 		h.Cut(t, wb)
 		time.Sleep(100 * time.Millisecond)
@@ -1114,7 +1116,7 @@ func testCutMidCampaign(t *testing.T, h Harness) {
 	late, lb := h.NewElector(t, key, "cancelled")
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { _, err := late.Campaign(cctx); got <- err }()
-	waitFor(t, 5*h.TTL, "the second waiter to queue", func() bool { return position(ctx, late) == 1 })
+	WaitFor(t, 5*h.TTL, "the second waiter to queue", func() bool { return position(ctx, late) == 1 })
 	h.Cut(t, lb)
 	cancel()
 	select {
@@ -1224,7 +1226,7 @@ func testMutexLoss(t *testing.T, h Harness) {
 		}
 		bAt <- time.Now()
 	}()
-	waitFor(t, 5*h.TTL, "b to queue", func() bool { p, err := b.Position(ctx); return err == nil && p == 1 })
+	WaitFor(t, 5*h.TTL, "b to queue", func() bool { p, err := b.Position(ctx); return err == nil && p == 1 })
 	heal := h.CutOff(t, ba)
 	defer heal()
 	<-lockCtx.Done()
@@ -1308,7 +1310,7 @@ func testMutexExtraUnlock(t *testing.T, h Harness) {
 		}
 	}
 	go lock() // B: takes the local slot and queues behind "other"
-	waitFor(t, 5*h.TTL, "B to queue", func() bool { p, err := m.Position(ctx); return err == nil && p == 1 })
+	WaitFor(t, 5*h.TTL, "B to queue", func() bool { p, err := m.Position(ctx); return err == nil && p == 1 })
 	if err := m.Unlock(ctx); err != nil { // A: unlocks what it never locked
 		t.Fatalf("Unlock without a hold: %v", err)
 	}
@@ -1317,7 +1319,7 @@ func testMutexExtraUnlock(t *testing.T, h Harness) {
 	if err := other.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*h.TTL, "B to hold", func() bool { return holding.Load() >= 1 })
+	WaitFor(t, 5*h.TTL, "B to hold", func() bool { return holding.Load() >= 1 })
 	time.Sleep(h.TTL / 5)
 	if n := most.Load(); n != 1 {
 		t.Fatalf("%d goroutines held the Mutex at once after an extra Unlock", n)
@@ -1326,7 +1328,7 @@ func testMutexExtraUnlock(t *testing.T, h Harness) {
 	if err := m.Unlock(ctx); err != nil { // B lets C in
 		t.Fatal(err)
 	}
-	waitFor(t, 5*h.TTL, "C to hold", func() bool { return holding.Load() == 1 })
+	WaitFor(t, 5*h.TTL, "C to hold", func() bool { return holding.Load() == 1 })
 	if err := m.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
