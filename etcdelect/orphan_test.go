@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
 	"github.com/tenure-go/tenure/etcdelect"
 	"github.com/tenure-go/tenure/internal/faultproxy"
 )
@@ -83,5 +84,93 @@ func TestEnqueue_GivenUpUndeletableEntryEndsTheSession(t *testing.T) {
 			t.Fatalf("the given-up campaign's entry %v still stands 12 s on: its session lives on", s.keys(t, key+"/"))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTryPolling_KeepsNoWatchBacklog: a session keeps its watch on its
+// entry name across campaigns. A standby that polls TryCampaign puts and
+// deletes its entry on every refused try, two events for that watch, which
+// nobody reads until the next won term: the client would hold them all,
+// growing for as long as the standby polls. Each Enqueue reads what is
+// pending first.
+func TestTryPolling_KeepsNoWatchBacklog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cli := newClient(t, endpoint)
+	defer cli.Close()
+	b := etcdelect.New(cli)
+	key := electiontest.Key(t)
+	open := func() election.Session {
+		s, err := b.OpenSession(ctx, election.SessionOptions{TTL: 5 * time.Second, RenewInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		return s
+	}
+	poller, holder := open(), open()
+	// The poller leads once: its watch on its entry name now exists.
+	won, err := poller.Enqueue(ctx, key, "poller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := poller.WaitHead(ctx, won); err != nil {
+		t.Fatal(err)
+	}
+	if err := poller.Dequeue(ctx, won); err != nil {
+		t.Fatal(err)
+	}
+	held, err := holder.Enqueue(ctx, key, "holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.WaitHead(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	// TryCampaign's steps, refused every time.
+	const tries = 500
+	for i := range tries {
+		tk, err := poller.Enqueue(ctx, key, "poller")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := poller.Ahead(ctx, tk); err != nil || n != 1 {
+			t.Fatalf("try %d: Ahead = %d, %v; want 1 (the holder)", i, n, err)
+		}
+		if err := poller.Dequeue(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backlog := etcdelect.OwnWatchBacklog(poller, key)
+	t.Logf("watch responses pending after %d refused tries: %d", tries, backlog)
+	if backlog < 0 {
+		t.Fatal("the poller's session has no watch on its entry name: the test shows nothing")
+	}
+	if backlog > 50 {
+		t.Fatalf("%d watch responses pending after %d refused tries: the client holds every try's events", backlog, tries)
+	}
+	// The watch still serves: a won term sees its entry deleted.
+	tk, err := poller.Enqueue(ctx, key, "poller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Dequeue(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := poller.WaitHead(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan error, 1)
+	go func() { lost <- poller.WatchLoss(ctx, tk) }()
+	if _, err := cli.Delete(ctx, tk.Name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lost:
+		if !errors.Is(err, tenure.ErrOwnershipLost) {
+			t.Fatalf("WatchLoss after the entry's delete = %v, want ErrOwnershipLost", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchLoss did not see the entry's delete within 5 s")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 // hold the queue for as long as the session lives.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
 	name := entryName(key, s.id)
+	s.drainOwnWatch(name)
 	var resp *clientv3.TxnResponse
 	for {
 		var err error
@@ -431,6 +433,40 @@ func (s *session) ownWatch(ctx context.Context, name string) (*ownWatch, error) 
 	}
 	s.owns[name] = w
 	return w, nil
+}
+
+// drainOwnWatch reads, without waiting, what the session's watch on name
+// has delivered. Between terms nobody reads that watch, and a standby that
+// polls TryCampaign puts and deletes its entry on every refused try: the
+// client would keep every one of those events until the next won term.
+// Called before Enqueue's write, it reads only events older than the new
+// entry, which lostBy would skip anyway. A failed watch is dropped.
+func (s *session) drainOwnWatch(name string) {
+	s.ownMu.Lock()
+	w := s.owns[name]
+	s.ownMu.Unlock()
+	if w == nil {
+		return
+	}
+	// The client hands responses over one at a time from its own
+	// goroutine: after each one read, let it run before looking again.
+	for read := false; ; {
+		select {
+		case wr, ok := <-w.ch:
+			if !ok || wr.Err() != nil {
+				s.dropOwnWatch(name, w)
+				return
+			}
+			read = true
+			continue
+		default:
+		}
+		if !read {
+			return
+		}
+		read = false
+		runtime.Gosched()
+	}
 }
 
 // dropOwnWatch cancels w, a failed watch, so that the next ownWatch makes
