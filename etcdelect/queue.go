@@ -167,7 +167,12 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	var ow *ownWatch
+	var ow *ownWatch // counted as in use until waitHead returns or drops it
+	defer func() {
+		if ow != nil {
+			s.useOwnWatch(ow, -1)
+		}
+	}()
 	var seen int64 // the revision of the predecessor's delete, once seen
 	for {
 		if ctx.Err() != nil {
@@ -222,6 +227,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			return s.lost(ctx, t)
 		case errors.Is(err, errOwnWatch):
 			s.dropOwnWatch(t.Name, ow)
+			s.useOwnWatch(ow, -1)
 			ow = nil
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
@@ -343,22 +349,9 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 			}
 			continue
 		}
-		if !s.provenBy(w, t) {
-			// A newer watch: every change after its creation is in it, and
-			// this read shows whether the entry outlived the old one.
-			g, err := s.cli.Get(ctx, t.Name, clientv3.WithKeysOnly())
-			if err != nil {
-				if !pause(ctx) {
-					return ctx.Err()
-				}
-				continue
-			}
-			if len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token {
-				return s.lost(ctx, t)
-			}
-			s.prove(w, t)
-		}
-		switch err := awaitLoss(ctx, w.ch, t); {
+		err = s.awaitOwnLoss(ctx, w, t)
+		s.useOwnWatch(w, -1)
+		switch {
 		case errors.Is(err, errOwnGone):
 			return s.lost(ctx, t)
 		case errors.Is(err, errOwnWatch):
@@ -366,10 +359,33 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 			if !pause(ctx) {
 				return ctx.Err()
 			}
+		case err != nil: // a failed read: try again
+			if !pause(ctx) {
+				return ctx.Err()
+			}
 		default:
 			return ctx.Err()
 		}
 	}
+}
+
+// awaitOwnLoss is one WatchLoss attempt on w, which the caller holds: it
+// returns errOwnGone, errOwnWatch, another error when a read failed, or
+// nil when ctx ends.
+func (s *session) awaitOwnLoss(ctx context.Context, w *ownWatch, t election.Ticket) error {
+	if !s.provenBy(w, t) {
+		// A newer watch: every change after its creation is in it, and
+		// this read shows whether the entry outlived the old one.
+		g, err := s.cli.Get(ctx, t.Name, clientv3.WithKeysOnly())
+		if err != nil {
+			return err
+		}
+		if len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token {
+			return errOwnGone
+		}
+		s.prove(w, t)
+	}
+	return awaitLoss(ctx, w.ch, t)
 }
 
 // awaitLoss returns errOwnGone when t's entry is deleted or replaced,
@@ -403,13 +419,25 @@ type ownWatch struct {
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc
 	rev    int64 // the store's revision when the server created it
+	users  int   // callers holding it (ownWatch, useOwnWatch); guarded by session.ownMu
+}
+
+// useOwnWatch counts a holder of w in (d = 1) or out (d = -1).
+func (s *session) useOwnWatch(w *ownWatch, d int) {
+	s.ownMu.Lock()
+	w.users += d
+	s.ownMu.Unlock()
 }
 
 // ownWatch returns the session's live watch on name, creating it (and
-// waiting for the server to acknowledge it) on first use.
+// waiting for the server to acknowledge it) on first use, counted as in
+// use: the caller ends its use with useOwnWatch(w, -1).
 func (s *session) ownWatch(ctx context.Context, name string) (*ownWatch, error) {
 	s.ownMu.Lock()
 	w := s.owns[name]
+	if w != nil {
+		w.users++
+	}
 	s.ownMu.Unlock()
 	if w != nil {
 		return w, nil
@@ -426,26 +454,31 @@ func (s *session) ownWatch(ctx context.Context, name string) (*ownWatch, error) 
 	defer s.ownMu.Unlock()
 	if old := s.owns[name]; old != nil { // created meanwhile by another call
 		cancel()
+		old.users++
 		return old, nil
 	}
 	if s.owns == nil {
 		s.owns = map[string]*ownWatch{}
 	}
+	w.users = 1
 	s.owns[name] = w
 	return w, nil
 }
 
 // drainOwnWatch reads, without waiting, what the session's watch on name
-// has delivered. Between terms nobody reads that watch, and a standby that
-// polls TryCampaign puts and deletes its entry on every refused try: the
-// client would keep every one of those events until the next won term.
-// Called before Enqueue's write, it reads only events older than the new
-// entry, which lostBy would skip anyway. A failed watch is dropped.
+// has delivered while nobody read it. Between terms nobody waits on that
+// watch, and a standby that polls TryCampaign puts and deletes its entry
+// on every refused try: the client would keep every one of those events
+// until the next won term. It does nothing while a consumer (WaitHead,
+// WatchLoss) reads the watch, whose events may be that consumer's; and
+// holding ownMu, it keeps any from starting meanwhile. Called before
+// Enqueue's write, it reads only events older than the entry that write
+// makes. A failed watch is dropped.
 func (s *session) drainOwnWatch(name string) {
 	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
 	w := s.owns[name]
-	s.ownMu.Unlock()
-	if w == nil {
+	if w == nil || w.users > 0 {
 		return
 	}
 	// The client hands responses over one at a time from its own
@@ -454,10 +487,15 @@ func (s *session) drainOwnWatch(name string) {
 		select {
 		case wr, ok := <-w.ch:
 			if !ok || wr.Err() != nil {
-				s.dropOwnWatch(name, w)
+				s.dropOwnWatchLocked(name, w)
 				return
 			}
 			read = true
+			if s.proved == w {
+				// What was read may be a proven entry's loss: its WatchLoss
+				// must read the entry again.
+				s.proved = nil
+			}
 			continue
 		default:
 		}
@@ -473,13 +511,18 @@ func (s *session) drainOwnWatch(name string) {
 // a new one.
 func (s *session) dropOwnWatch(name string, w *ownWatch) {
 	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	s.dropOwnWatchLocked(name, w)
+}
+
+// dropOwnWatchLocked is dropOwnWatch with ownMu held.
+func (s *session) dropOwnWatchLocked(name string, w *ownWatch) {
 	if s.owns[name] == w {
 		delete(s.owns, name)
 	}
 	if s.proved == w {
 		s.proved = nil
 	}
-	s.ownMu.Unlock()
 	w.cancel()
 }
 
