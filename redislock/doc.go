@@ -49,14 +49,16 @@
 //     PUBLISH on that waiter's channel: a handoff costs a few commands and
 //     one message however many wait, and nobody sleeps a random interval
 //     between retries. A waiter whose channel has no subscriber (its
-//     process died) is dropped by the release, which wakes the next. A
-//     waiter that is not woken (a lost message, or the woken waiter stalled
-//     or died on the way) tries again when the holder's key would expire,
-//     at most a TTL later.
+//     process died, or its subscription is down) is dropped by the
+//     release, which wakes the next; a live one registers again on its
+//     watchdog's next round. A waiter that is not woken (a lost message,
+//     or the woken waiter stalled or died on the way) tries again when the
+//     holder's key would expire, at most a TTL later.
 //   - Late tries: a try whose reply was lost may still reach a master
-//     after its campaign's clean-up. The clean-up of such a campaign leaves
-//     a tombstone, "<key>:gone:<random>", for max(2 × TTL, 1 min), and a
-//     try that finds its tombstone does nothing.
+//     after its campaign's clean-up. The clean-up of such a campaign (or
+//     the watchdog, finding its key lost) leaves a tombstone,
+//     "<key>:gone:<random>", for max(2 × TTL, 1 min), and a try that finds
+//     its tombstone does nothing.
 //   - Redlock: given N > 1 independent masters, an acquisition needs N/2+1
 //     of them within the validity time (TTL - time spent - clock drift);
 //     otherwise it is undone on all of them (its waiting registrations

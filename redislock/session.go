@@ -128,7 +128,7 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 			e.t.Name, e.t.Identity, ttlMs, b.channel(e.t.Key), s.member(e)).Slice()
 	})
 	elapsed := s.now().Sub(start)
-	got, answered := 0, 0
+	got, answered, refused := 0, 0, 0
 	var token uint64
 	var wait time.Duration
 	for _, r := range rs {
@@ -143,7 +143,9 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 		if len(v) != 2 {
 			continue
 		}
-		if n, _ := v[0].(int64); n == 1 {
+		if n, _ := v[0].(int64); n == -1 {
+			refused++ // e's tombstone: its campaign ended
+		} else if n == 1 {
 			got++
 			if tok, err := strconv.ParseUint(fmt.Sprint(v[1]), 10, 64); err == nil && tok > token {
 				token = tok
@@ -153,6 +155,11 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 				wait = d
 			}
 		}
+	}
+	if refused > 0 {
+		// Only a removed entry has a tombstone, and a removed entry is
+		// refused above: this is a session bug, not a state to wait in.
+		return false, 0, fmt.Errorf("%w: redislock: entry on %q found its own tombstone", tenure.ErrOwnershipLost, e.t.Key)
 	}
 	validity := s.ttl - elapsed - b.drift(s.ttl)
 	if got >= b.quorum() && validity > 0 && token > 0 {
@@ -529,6 +536,11 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 		s.mu.Unlock()
 		e.lostErr = err
 		close(e.lost)
+		if e.unsure {
+			// A try of e's whose reply was lost may still land: leave its
+			// tombstone (best effort; Dequeue will not find the entry).
+			_ = s.releaseLocked(ctx, e, finalRelease)
+		}
 		return err
 	}
 	return b.quorumErr("extend "+e.t.Key, rs, ok+notOurs)
