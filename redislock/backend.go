@@ -245,8 +245,8 @@ const waitingSuffix = ":waiting"
 // goneInfix names a campaign's tombstone: "<key>:gone:<random>".
 const goneInfix = ":gone:"
 
-// maxWakeTries bounds the waiters one release tries to wake: each that no
-// subscriber hears is dropped and the next is tried.
+// maxWakeTries bounds the waiters one release tries to wake: each is taken
+// out of the set, and when no subscriber heard it, the next is tried.
 const maxWakeTries = 16
 
 // luaNow starts the scripts that need the server's time: now, in ms.
@@ -301,14 +301,16 @@ return {1, tok}
 	// does nothing (acquireScript).
 	//
 	// After a delete it drops the waiters not heard from within their TTL
-	// and wakes the one heard from least recently: it publishes that
-	// waiter's random part on the waiter's session channel
-	// ("<channel>:<session>"), so that only it wakes. A waiter whose
+	// and wakes the one heard from least recently: it takes that waiter
+	// out of the set and publishes its random part on the waiter's session
+	// channel ("<channel>:<session>"), so that only it wakes. The woken
+	// waiter tries at once, and registers again if it loses; one that
+	// cannot act on it (stalled) absorbs this wake-up only. A waiter whose
 	// channel has no subscriber cannot hear it (its process died and its
 	// connection closed, or it is between its first try and its
-	// subscription, after which it tries again): it is dropped, and the
-	// next one is woken, up to maxWakeTries. Last, it publishes "released"
-	// on the key's channel, for observers.
+	// subscription, after which it tries again): the next one is woken,
+	// up to maxWakeTries. Last, it publishes "released" on the key's
+	// channel, for observers.
 	releaseScript = redis.NewScript(luaNow + `
 if ARGV[5] ~= '1' then
   redis.call('ZREM', KEYS[2], ARGV[3])
@@ -326,11 +328,11 @@ if v and string.sub(v, 1, #p) == p then
     if not next[1] then
       break
     end
+    redis.call('ZREM', KEYS[2], next[1])
     local sp = string.find(next[1], ' ', 1, true)
     if sp and redis.call('PUBLISH', ARGV[2] .. ':' .. string.sub(next[1], 1, sp - 1), string.sub(next[1], sp + 1)) > 0 then
       break
     end
-    redis.call('ZREM', KEYS[2], next[1])
   end
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1

@@ -45,15 +45,17 @@
 //   - Waiters: a candidate whose try fails is registered in the sorted set
 //     "<key>:waiting" (renewed by its watchdog, dropped when not heard from
 //     for a TTL) and listens on its session's channel for the key. A
-//     release wakes one waiter, the one heard from least recently, by a
-//     PUBLISH on that waiter's channel: a handoff costs a few commands and
-//     one message however many wait, and nobody sleeps a random interval
-//     between retries. A waiter whose channel has no subscriber (its
-//     process died, or its subscription is down) is dropped by the
-//     release, which wakes the next; a live one registers again on its
-//     watchdog's next round. A waiter that is not woken (a lost message,
-//     or the woken waiter stalled or died on the way) tries again when the
-//     holder's key would expire, at most a TTL later.
+//     release wakes one waiter, the one heard from least recently: it takes
+//     it out of the set and PUBLISHes on that waiter's channel, and the
+//     woken waiter tries at once (registering again if it loses). A handoff
+//     costs a few commands and one message however many wait, and nobody
+//     sleeps a random interval between retries. When no subscriber heard
+//     the message (the waiter's process died, or its subscription is
+//     down), the release wakes the next; a live waiter dropped that way
+//     registers again on its watchdog's next round. A waiter that is not
+//     woken (a lost message, or the woken waiter stalled or died on the
+//     way) tries again when the holder's key would expire, at most a TTL
+//     later.
 //   - Late tries: a try whose reply was lost may still reach a master
 //     after its campaign's clean-up. The clean-up of such a campaign (or
 //     the watchdog, finding its key lost) leaves a tombstone,

@@ -307,3 +307,97 @@ func TestRedlock_MinorityTryKeepsItsWaitingEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestRelease_StalledWaiterAbsorbsOneWakeUp: a waiter that hears its
+// wake-up but cannot act on it (its process stalled) is taken out of the
+// waiting set by the release that wakes it. Left in, it stayed the one
+// heard from least recently until its entry aged out, and every release
+// in that window woke it and nobody else.
+func TestRelease_StalledWaiterAbsorbsOneWakeUp(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	h := newTestHarness()
+	key := electiontest.Key(t)
+	admin := client(t, srv.Addr())
+	opts := election.SessionOptions{TTL: 10 * time.Second, RenewInterval: 3 * time.Second}
+
+	// The stalled waiter: subscribed to its session channel, registered
+	// as heard from 5 s before a live waiter's TTL would end (so it is
+	// the one heard from least recently, and stays registered for 5 s).
+	const stalledSession, stalledRandom = "0123456789abcdef", "00112233445566778899aabbccddeeff"
+	stalled := stalledSession + " " + stalledRandom
+	sub := client(t, srv.Addr()).Subscribe(ctx, "tenure:"+key+":"+stalledSession)
+	defer sub.Close()
+	if _, err := sub.ReceiveTimeout(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ZAdd(ctx, key+":waiting", redis.Z{Score: float64(now.Add(5 * time.Second).UnixMilli()), Member: stalled}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	heard := make(chan string, 4)
+	go func() {
+		for m := range sub.Channel() {
+			heard <- m.Payload
+		}
+	}()
+
+	campaign := func(id string) (election.Session, election.Ticket) {
+		s := openSession(t, ctx, h.newBackend(t), opts)
+		tk, err := s.Enqueue(ctx, key, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, tk
+	}
+	holder, th := campaign("holder")
+	if _, err := holder.WaitHead(ctx, th); err != nil {
+		t.Fatal(err)
+	}
+	live, tl := campaign("live")
+	won := make(chan error, 1)
+	go func() { _, err := live.WaitHead(ctx, tl); won <- err }()
+	electiontest.WaitFor(t, 10*time.Second, "the live waiter registered and subscribed", func() bool {
+		m := memberOf(ctx, admin, key, tl.Name)
+		return m != "" && subscribers(ctx, admin, key, m) == 1
+	})
+
+	// The first release wakes the stalled waiter, which does nothing.
+	if err := holder.Dequeue(ctx, th); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-heard:
+		if p != stalledRandom {
+			t.Fatalf("the stalled waiter heard %q, want its random part", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first release did not wake the waiter heard from least recently")
+	}
+	if _, err := admin.ZScore(ctx, key+":waiting", stalled).Result(); err != redis.Nil {
+		t.Errorf("the woken stalled waiter is still registered (%v)", err)
+	}
+	// Someone takes the free key before the live waiter's timer fires,
+	// and releases it: this time the live waiter must be woken.
+	next, tn := campaign("next")
+	if _, err := next.WaitHead(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := next.Dequeue(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the live waiter holds %v after the second release", time.Since(start))
+	case p := <-heard:
+		t.Fatalf("the second release woke the stalled waiter again (%q), not the live one", p)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the live waiter does not hold 2 s after the second release (TTL 10 s)")
+	}
+}
