@@ -282,6 +282,9 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	if err != nil {
 		return nil, e.failCampaign(ctx, l, t, err)
 	}
+	if head.Token != t.Token { // issued at the head (see Session.WaitHead)
+		log = e.log.With(zap.Uint64("token", head.Token))
+	}
 	t = head
 	if t.Token == 0 {
 		e.cleanup(ctx, l, t)
