@@ -52,11 +52,12 @@ releases KEY the moment CMD exits; exits with CMD's status. CMD runs in its
 own process group with TENURE_TERM (the fencing token: pass it to whatever
 CMD writes to), TENURE_KEY, TENURE_IDENTITY and TENURE_BACKEND set.
 
-On SIGTERM or SIGINT, tenure sends SIGTERM to CMD, waits for it and
-releases KEY at once. If leadership is lost while CMD runs (the lease could
+On SIGTERM, SIGINT or SIGHUP, tenure sends SIGTERM to CMD's process group,
+waits for CMD and releases KEY at once; a second such signal sends SIGKILL. If leadership is lost while CMD runs (the lease could
 not be renewed), CMD gets SIGTERM and, --grace later, SIGKILL, both before
 the server can expire the lease and elect another holder; tenure then
-exits 4. If tenure itself is killed, the kernel kills CMD.
+exits 4. If tenure itself is killed, the kernel kills CMD, and a guard
+process (tenure __guard) kills what is left of CMD's process group.
 
 Examples:
   tenure exec --key backup --endpoints 10.0.0.1:2379 -- ./backup.sh
@@ -117,9 +118,15 @@ func (f *execFlags) config() (election.Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// stopSignals end a tenure exec: while waiting, the campaign; while CMD
+// runs, CMD (SIGTERM to its group; a second one, SIGKILL). SIGHUP is one
+// of them: a closed terminal or ssh session must release KEY, not leave
+// it to expire with a killed CMD.
+var stopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
+
 func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -237,9 +244,8 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		"TENURE_BACKEND="+term.Backend,
 	)
 	// Own process group, so a signal reaches CMD's children too. If tenure
-	// itself is killed, the kernel kills CMD (the parent-death signal), but
-	// not CMD's own children: a CMD that forks should exec its last
-	// command or stop its children when it dies.
+	// itself is killed, the kernel kills CMD (the parent-death signal) and
+	// the guard kills the rest of CMD's group (see startGuard).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	release := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.Config().CleanupTimeout)
@@ -253,9 +259,16 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		fmt.Fprintf(stderr, "tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
 		return 127
 	}
+	guardDone, err := startGuard(cmd.Process.Pid)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
+		guardDone = func() {}
+	}
+	defer guardDone()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, s) }
+	signalled := false
 
 	lost := e.Done()
 	var kill <-chan time.Time
@@ -270,8 +283,14 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			release()
 			return exitStatus(err)
 		case s := <-sigs:
+			if signalled { // a second signal: the user will not wait
+				signalGroup(syscall.SIGKILL)
+				fmt.Fprintf(stderr, "tenure exec: %v again: sent SIGKILL to %s\n", s, argv[0])
+				continue
+			}
+			signalled = true
 			signalGroup(syscall.SIGTERM)
-			fmt.Fprintf(stderr, "tenure exec: %v: sent SIGTERM to %s\n", s, argv[0])
+			fmt.Fprintf(stderr, "tenure exec: %v: sent SIGTERM to %s (another signal sends SIGKILL)\n", s, argv[0])
 		case <-lost:
 			lost = nil
 			lostLead = true

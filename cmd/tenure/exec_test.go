@@ -106,9 +106,13 @@ func testNoWait(t *testing.T, v env) {
 
 // TestExec_SIGTERMHandsOverFast: SIGTERM reaches the command, and the next
 // waiter starts long before the 10 s TTL could have expired.
-func TestExec_SIGTERMHandsOverFast(t *testing.T) { eachBackend(t, testSIGTERM) }
+func TestExec_SIGTERMHandsOverFast(t *testing.T) {
+	eachBackend(t, func(t *testing.T, v env) { testSignalHandsOver(t, v, syscall.SIGTERM) })
+}
 
-func testSIGTERM(t *testing.T, v env) {
+// testSignalHandsOver: sig to a holder reaches its command as SIGTERM,
+// and the next waiter starts long before the 10 s TTL could have expired.
+func testSignalHandsOver(t *testing.T, v env, sig syscall.Signal) {
 	key, dir := v.key(t), dirT(t)
 	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--",
 		"sh", "-c", `trap 'echo term > `+path(dir, "a-term")+`; exit 0' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do sleep 0.01; done`)...)
@@ -116,14 +120,14 @@ func testSIGTERM(t *testing.T, v env) {
 	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
 	v.waitQueued(t, key, 2)
 	sent := time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 9*time.Second))
 	took := bStart.Sub(sent)
-	t.Logf("SIGTERM to the holder → next command started in %v (TTL 10s)", took)
+	t.Logf("%v to the holder → next command started in %v (TTL 10s)", sig, took)
 	if took > 5*time.Second {
-		t.Fatalf("handover took %v: the lease was not released on SIGTERM", took)
+		t.Fatalf("handover took %v: the lease was not released on %v", took, sig)
 	}
 	if code := a.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("holder exited %d, want the command's 0; stderr: %s", code, a.stderr)
@@ -159,11 +163,17 @@ func testKilledHolder(t *testing.T, v env) {
 	if bound := 2*time.Second + 700*time.Millisecond; took > bound {
 		t.Fatalf("failover took %v, above TTL + 0.7 s = %v (etcd: 0.5 s lessor tick; ZooKeeper: one tickTime bucket; then a watch and a read)", took, bound)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for alive(cmdPid) {
+	mustDie(t, cmdPid, 2*time.Second, "the killed holder's command")
+}
+
+// mustDie fails t when process pid still runs after d, and kills it.
+func mustDie(t *testing.T, pid int, d time.Duration, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for alive(pid) {
 		if time.Now().After(deadline) {
-			_ = syscall.Kill(cmdPid, syscall.SIGKILL)
-			t.Fatal("the killed holder's command is still running")
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("%s still runs %v after tenure was killed", what, d)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -222,4 +232,71 @@ func testExitStatus(t *testing.T, v env) {
 	}
 	// Neither run left an entry behind.
 	v.waitQueued(t, key, 0)
+}
+
+// TestExec_KilledTenureLeavesNoOrphans: when tenure is SIGKILLed, the
+// kernel kills CMD, and the guard kills what CMD started: nothing of CMD's
+// keeps working without the lock once the next holder starts.
+func TestExec_KilledTenureLeavesNoOrphans(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
+		"sh", "-c", `sleep 60 & echo $! > `+path(dir, "child-pid")+`; wait`)...)
+	child := pidIn(t, path(dir, "child-pid"))
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	mustDie(t, child, 3*time.Second, "the command's child")
+}
+
+// TestExec_SIGHUPReleases: SIGHUP (a closed terminal or ssh session) is
+// handled as SIGTERM: CMD gets SIGTERM and the key is released at once.
+func TestExec_SIGHUPReleases(t *testing.T) {
+	testSignalHandsOver(t, env{"etcd", endpoint}, syscall.SIGHUP)
+}
+
+// TestExec_SecondSignalKills: a command that ignores SIGTERM is SIGKILLed
+// on the second signal, and tenure exits 128+9.
+func TestExec_SecondSignalKills(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--",
+		"sh", "-c", `trap '' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do sleep 0.01; done`)...)
+	pidIn(t, path(dir, "a-pid"))
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-a.done:
+		t.Fatalf("tenure exited %d after one SIGTERM although the command ignores it; stderr: %s", a.code, a.stderr)
+	default:
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(t, 5*time.Second); code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("tenure exited %d after a second SIGTERM, want %d (the command SIGKILLed); stderr: %s", code, 128+int(syscall.SIGKILL), a.stderr)
+	}
+}
+
+// TestExec_NestedCallDoesNotInheritTheKey: TENURE_KEY, TENURE_IDENTITY and
+// TENURE_BACKEND in a command's environment describe the lock its tenure
+// exec holds; a tenure call inside it must not take them as its own flags
+// (it waited for its parent's lock, for good), but say that --key is
+// missing.
+func TestExec_NestedCallDoesNotInheritTheKey(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	inner := os.Args[0] + " exec --endpoints " + v.endpoint + " -- true 2> " + path(dir, "inner-err") + "; echo $? > " + path(dir, "inner-rc")
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", inner)...)
+	if rc := waitFile(t, path(dir, "inner-rc"), 10*time.Second); rc != "2" {
+		t.Fatalf("the nested call exited %s, want 2 (no --key)", rc)
+	}
+	if msg := waitFile(t, path(dir, "inner-err"), time.Second); !strings.Contains(msg, "--key is required") {
+		t.Fatalf("the nested call said %q, want that --key is required", msg)
+	}
+	if code := a.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("the outer call exited %d; stderr: %s", code, a.stderr)
+	}
 }

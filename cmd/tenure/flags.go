@@ -43,12 +43,23 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.sec.register(fs)
 }
 
+// exported are the variables tenure exec sets for its command. Inside such
+// a command (TENURE_TERM is set) they describe the enclosing lock, not
+// flags: a tenure call there that took them as --key, --identity and
+// --backend would wait for the lock its own parent holds, for good.
+var exported = map[string]bool{"TENURE_KEY": true, "TENURE_IDENTITY": true, "TENURE_BACKEND": true}
+
 // parse parses args, taking defaults from TENURE_<FLAG> environment
-// variables first. It returns the arguments after the flags.
+// variables first (but not, inside a tenure exec command, from the ones
+// tenure exec set). It returns the arguments after the flags.
 func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) {
 	var envErr error
+	_, nested := os.LookupEnv("TENURE_TERM")
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if nested && exported[name] {
+			return
+		}
 		if v, ok := os.LookupEnv(name); ok {
 			if err := f.Value.Set(v); err != nil && envErr == nil {
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)

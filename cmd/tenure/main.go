@@ -11,9 +11,10 @@
 // (exec) or to the answer (leader).
 //
 // Exit status: exec exits with the command's status, 0 when --no-wait
-// skipped the command, 2 on bad input or an unreachable backend, 4 when
-// leadership was lost while the command ran; leader exits 3 when the key is
-// vacant.
+// skipped the command, 1 when the campaign failed, 2 on bad input or an
+// unreachable backend, 4 when leadership was lost while the command ran,
+// 127 when the command could not be started, 128+N on signal N; leader
+// exits 3 when the key is vacant (README.md has the table).
 package main
 
 import (
@@ -64,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdLeader(args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(args[1:], stdout, stderr)
+	case guardCommand: // started by tenure exec, not documented for users
+		return cmdGuard(args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+)
+
+// guardCommand is the hidden subcommand of the guard process that tenure
+// exec starts beside CMD.
+const guardCommand = "__guard"
+
+// startGuard starts a guard for the process group pgid (CMD's). The kernel
+// kills CMD itself when tenure dies (its parent-death signal), but not the
+// processes CMD started, which would keep working without the lock while
+// another holder starts. The guard holds the read end of a pipe whose
+// write end only tenure has: when tenure dies, however it dies, the pipe
+// closes and the guard kills the group. done tells the guard that tenure
+// is finished with the group (nothing is killed) and waits for it to exit;
+// call it once.
+func startGuard(pgid int) (done func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe() // close-on-exec: CMD never holds the write end
+	if err != nil {
+		return nil, err
+	}
+	g := exec.Command(exe, guardCommand, strconv.Itoa(pgid))
+	g.Stdin = r
+	// Its own group: a Ctrl-C to the terminal's group does not reach it.
+	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = g.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return func() {
+		_, _ = w.Write([]byte{1})
+		w.Close()
+		_ = g.Wait()
+	}, nil
+}
+
+// cmdGuard runs the guard: it waits on stdin, and when the pipe closes
+// without tenure's byte, SIGKILLs the process group in args[0].
+func cmdGuard(args []string, stderr io.Writer) int {
+	// Signals meant for tenure or the terminal are not the guard's: only
+	// the pipe tells it what to do.
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "tenure: internal command")
+		return exitUsage
+	}
+	pgid, err := strconv.Atoi(args[0])
+	if err != nil || pgid <= 1 {
+		fmt.Fprintln(stderr, "tenure: internal command")
+		return exitUsage
+	}
+	var b [1]byte
+	if n, err := os.Stdin.Read(b[:]); n == 1 || (err != nil && !errors.Is(err, io.EOF)) {
+		return exitOK // tenure is done with the group (or stdin is not the pipe)
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	return exitOK
+}
