@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -148,7 +149,8 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage
 	}
-	defer closeBackend()
+	stop := newShutdown(cfg.CleanupTimeout)
+	defer stop.do(func(context.Context) error { closeBackend(); return nil })
 	opts := []election.Option{election.WithLogger(log)}
 	// reg holds tenure's own series; the endpoint adds the Go runtime's
 	// and the process's, the metrics file does not (node_exporter's
@@ -190,11 +192,7 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		}
 		defer stop()
 	}
-	defer func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
-		defer ccancel()
-		_ = e.Close(cctx)
-	}()
+	defer stop.do(func(ctx context.Context) error { return e.Close(ctx) })
 
 	var term tenure.Term
 	if f.noWait {
@@ -224,17 +222,45 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	cancel() // stop the campaign's signal watcher; signals now go to CMD
 	<-watcherDone
 	if s, ok := caught.Load().(os.Signal); ok { // it came just as we were elected
-		rctx, rcancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
-		defer rcancel()
-		_ = e.Resign(rctx)
+		_ = stop.do(e.Resign)
 		fmt.Fprintf(stderr, "tenure exec: %v while taking %s; not running %s\n", s, f.key, argv[0])
 		return 128 + int(s.(syscall.Signal))
 	}
-	return supervise(e, f, term, argv, sigs, stdout, stderr)
+	return supervise(e, f, term, argv, sigs, stop, stdout, stderr)
+}
+
+// shutdown bounds tenure exec's way out. The release when CMD exits, the
+// elector's Close and the backend's share one deadline, CleanupTimeout
+// after the first of them began: a backend that stops answering (a frozen
+// server, a blackholed link) does not hold tenure past it. KEY then
+// expires with the session, as when tenure is killed.
+type shutdown struct {
+	timeout time.Duration
+	once    sync.Once
+	by      time.Time
+}
+
+func newShutdown(timeout time.Duration) *shutdown { return &shutdown{timeout: timeout} }
+
+// do runs f with a ctx that ends at the shared deadline, and returns f's
+// error, or the ctx's when the deadline came first (f then goes on in the
+// background, until tenure exits).
+func (s *shutdown) do(f func(context.Context) error) error {
+	s.once.Do(func() { s.by = time.Now().Add(s.timeout) })
+	ctx, cancel := context.WithDeadline(context.Background(), s.by)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // supervise runs CMD while e leads and returns tenure's exit status.
-func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string, sigs <-chan os.Signal, stop *shutdown, stdout, stderr io.Writer) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(childEnv(), // without TENURE_PASSWORD
@@ -248,9 +274,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// the guard kills the rest of CMD's group (see startGuard).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	release := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.Config().CleanupTimeout)
-		defer cancel()
-		if err := e.Resign(ctx); err != nil {
+		if err := stop.do(e.Resign); err != nil {
 			fmt.Fprintf(stderr, "tenure exec: releasing %s failed (it expires with the session): %s\n", f.key, oneLine(err))
 		}
 	}

@@ -300,3 +300,32 @@ func TestExec_NestedCallDoesNotInheritTheKey(t *testing.T) {
 		t.Fatalf("the outer call exited %d; stderr: %s", code, a.stderr)
 	}
 }
+
+// TestExec_ExitsInTimeWhenTheBackendHangs: when the backend stops answering
+// after CMD has started (a frozen server, a blackholed link), tenure still
+// exits within its clean-up timeout (the TTL) once CMD ends, instead of
+// waiting out the client's timeouts at every step of its shutdown. KEY
+// then expires with the session.
+func TestExec_ExitsInTimeWhenTheBackendHangs(t *testing.T) {
+	v := env{"redis", redisEndpoint}
+	key, dir := v.key(t), dirT(t)
+	proxy, err := faultproxy.New(v.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "2s", "--",
+		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; sleep 0.3`)...)
+	pidIn(t, path(dir, "a-pid"))
+	proxy.Blackhole()
+	hung := time.Now()
+	code := a.wait(t, 10*time.Second)
+	took := time.Since(hung)
+	t.Logf("tenure exited %d, %v after the backend stopped answering (CMD ran 0.3 s; TTL 2 s)", code, took)
+	if took > 4*time.Second {
+		t.Fatalf("tenure took %v to exit after its backend hung: above CMD's 0.3 s + the 2 s clean-up timeout + 1.7 s", took)
+	}
+	if code != 0 {
+		t.Fatalf("tenure exited %d, want the command's 0; stderr: %s", code, a.stderr)
+	}
+}
