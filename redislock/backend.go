@@ -428,7 +428,7 @@ func (b *Backend) quorumErr(what string, rs []reply, ok int) error {
 		kind = tenure.ErrInvalidConfig // waiting will not help
 	}
 	if len(b.masters) == 1 {
-		return fmt.Errorf("%w: redislock: %s on %s: %w", kind, what, b.names[0], errors.Join(errs...))
+		return fmt.Errorf("%w: redislock: %s on %s: %w", kind, what, b.names[0], rs[0].err)
 	}
 	return fmt.Errorf("%w: redislock: %s: %d of %d masters answered, quorum is %d; failed: %s: %w",
 		kind, what, ok, len(b.masters), b.quorum(), strings.Join(failed, ", "), errors.Join(errs...))

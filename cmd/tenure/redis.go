@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -41,7 +42,22 @@ func (c *common) openRedis(ctx context.Context) (election.Backend, func(), error
 	redis.SetLogger(quietRedis{})
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()
+	// Keep trying until the dial timeout, as etcd's and ZooKeeper's clients
+	// do: a refused connection fails at once, but a server that is starting
+	// answers a moment later.
 	b, err := redislock.Dial(dctx, eps, o, redislock.Options{})
+	for err != nil && errors.Is(err, tenure.ErrUnavailable) {
+		unavailable := err
+		select {
+		case <-dctx.Done():
+		case <-time.After(200 * time.Millisecond):
+			b, err = redislock.Dial(dctx, eps, o, redislock.Options{})
+		}
+		if err != nil && dctx.Err() != nil && ctx.Err() == nil {
+			err = unavailable // the dial timeout, not the caller, ended the tries
+			break
+		}
+	}
 	if err != nil {
 		if errors.Is(err, tenure.ErrUnavailable) {
 			return nil, nil, fmt.Errorf("cannot reach redis at %s within %v: %w", c.endpoints.list, c.dialTimeout, err)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -177,5 +179,49 @@ func TestExecRedis_Auth(t *testing.T) {
 	}
 	if strings.Contains(string(out), "cli-s3cret") || strings.Contains(p.stderr.String(), "cli-s3cret") {
 		t.Fatalf("the password was printed: %q", out)
+	}
+}
+
+// TestExecRedis_ServerStartingLateIsReached: like etcd's and ZooKeeper's
+// clients, tenure keeps trying a Redis that refuses connections until the
+// dial timeout, instead of giving up after one refused dial: a server
+// that comes up half a second later is used.
+func TestExecRedis_ServerStartingLateIsReached(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // refused until the forwarder below listens
+	late := make(chan net.Listener, 1)
+	t.Cleanup(func() {
+		if ln := <-late; ln != nil {
+			ln.Close() // ends the forwarder
+		}
+	})
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		ln, err := net.Listen("tcp", addr)
+		late <- ln
+		if err != nil {
+			return // the run below then fails, saying why
+		}
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", redisEndpoint)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	out, code := runCLI(t, "exec", "--backend", "redis", "--endpoints", addr, "--dial-timeout", "5s", "--key", testKey(t), "--", "true")
+	if code != 0 {
+		t.Fatalf("exec against a Redis that listens 0.5 s late: exit %d, %s", code, out)
 	}
 }
