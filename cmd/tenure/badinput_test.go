@@ -207,3 +207,15 @@ func runCLI(t *testing.T, args ...string) (string, int) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestHelp_GoesToStdout: help asked for is the answer, on stdout (so that
+// `tenure exec --help | less` shows it), with status 0 and nothing on
+// stderr.
+func TestHelp_GoesToStdout(t *testing.T) {
+	for _, sub := range []string{"exec", "leader", "demo"} {
+		out, errOut, code := runTenure(t, nil, sub, "--help")
+		if code != 0 || !strings.Contains(out, "Usage: tenure "+sub) || errOut != "" {
+			t.Errorf("tenure %s --help: exit %d, stdout %q, stderr %q; want 0, the usage on stdout, nothing on stderr", sub, code, out, errOut)
+		}
+	}
+}

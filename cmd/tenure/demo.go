@@ -48,7 +48,7 @@ type candidate struct {
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: tenure demo
+		fmt.Fprint(fs.Output(), `Usage: tenure demo
 
 Starts an embedded etcd in a temporary directory, runs three candidates for
 one key (TTL 2s), then makes the leader resign, kills it (its connection
@@ -57,7 +57,7 @@ blackholed), printing who leads, under which term, and how long each
 failover took. Takes under 10 seconds and removes everything it made.
 `)
 	}
-	rest, err := parse(fs, args, stderr)
+	rest, err := parse(fs, args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}

@@ -46,7 +46,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz, /leader (200 on the holder, 503 elsewhere) and /status on HOST:PORT")
 	fs.StringVar(&f.metricsFile, "metrics-file", "", "on exit, write this run's metrics to FILE in Prometheus text format (atomically; for node_exporter's textfile collector: cron jobs exit before any scrape)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: tenure exec --key KEY [flags] -- CMD [ARG...]
+		fmt.Fprint(fs.Output(), `Usage: tenure exec --key KEY [flags] -- CMD [ARG...]
 
 Waits for KEY (first come, first served), runs CMD while holding it, and
 releases KEY the moment CMD exits; exits with CMD's status. CMD runs in its
@@ -71,7 +71,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	rest, err := parse(fs, args, stderr)
+	rest, err := parse(fs, args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}

@@ -51,8 +51,9 @@ var exported = map[string]bool{"TENURE_KEY": true, "TENURE_IDENTITY": true, "TEN
 
 // parse parses args, taking defaults from TENURE_<FLAG> environment
 // variables first (but not, inside a tenure exec command, from the ones
-// tenure exec set). It returns the arguments after the flags.
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) {
+// tenure exec set). It returns the arguments after the flags. --help
+// prints the usage on help (stdout: asked for, it is the answer).
+func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 	var envErr error
 	_, nested := os.LookupEnv("TENURE_TERM")
 	fs.VisitAll(func(f *flag.Flag) {
@@ -70,12 +71,12 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) 
 	if envErr != nil {
 		return nil, envErr
 	}
-	// Errors are reported by the caller on one line; help goes to stderr.
+	// Errors are reported by the caller on one line.
 	usage := fs.Usage
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
 		fs.Usage()

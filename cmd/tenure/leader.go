@@ -30,7 +30,7 @@ func cmdLeader(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON objects, one a line")
 	ttl := fs.Duration("ttl", 10*time.Second, "zk: the observer's session timeout, which the server's min/maxSessionTimeout must allow (etcd and redis ignore it)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: tenure leader --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--ttl 10s] [--watch] [--json]
+		fmt.Fprint(fs.Output(), `Usage: tenure leader --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--ttl 10s] [--watch] [--json]
 
 Prints the holder of KEY as "IDENTITY term=N" (or "vacant"), and exits 3
 when KEY is vacant. Examples:
@@ -41,7 +41,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	rest, err := parse(fs, args, stderr)
+	rest, err := parse(fs, args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
