@@ -63,19 +63,10 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 			}
 			var stderr strings.Builder
 			p.Stderr = &stderr
-			done := make(chan error, 1)
 			if err := p.Start(); err != nil {
 				t.Fatal(err)
 			}
-			go func() { done <- p.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				_ = p.Process.Kill()
-				<-done
-				t.Fatal("hung")
-			}
-			if code := p.ProcessState.ExitCode(); code != exitUsage {
+			if code := exitWithin(t, p, 15*time.Second, "tenure"); code != exitUsage {
 				t.Fatalf("exit %d, want 2; stderr: %s", code, stderr.String())
 			}
 			msg := stderr.String()

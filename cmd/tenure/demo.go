@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -68,14 +70,25 @@ failover took. Takes under 10 seconds and removes everything it made.
 		fmt.Fprintf(stderr, "tenure demo: %s\n", oneLine(err))
 		return exitUsage
 	}
-	if err := demo(stdout); err != nil {
+	// A signal ends the demo through its own clean-up: the candidates
+	// stop, the embedded etcd closes and its directory goes.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, stopSignals...)
+	defer signal.Stop(sigs)
+	ctx, caught, unwatch := cancelOnSignal(sigs)
+	defer unwatch()
+	if err := demo(ctx, stdout); err != nil {
+		if s := caught(); s != nil {
+			fmt.Fprintf(stderr, "tenure demo: %v; stopped and cleaned up\n", s)
+			return 128 + int(s.(syscall.Signal))
+		}
 		fmt.Fprintf(stderr, "tenure demo: %s\n", oneLine(err))
 		return exitFailure
 	}
 	return exitOK
 }
 
-func demo(out io.Writer) error {
+func demo(ctx context.Context, out io.Writer) error {
 	start := time.Now()
 	say := func(format string, args ...any) {
 		fmt.Fprintf(out, "%+8.3fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
@@ -100,13 +113,23 @@ func demo(out io.Writer) error {
 			c.stop()
 		}
 	}()
+	admin, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
 	for i := 1; i <= 3; i++ {
 		c, err := startCandidate(fmt.Sprintf("c%d", i), key, srv.Endpoint, events)
 		if err != nil {
 			return err
 		}
 		cands = append(cands, c)
-		say("%s campaigns for %q (TTL %v)", c.name, key, demoTTL)
+		// Each joins the queue before the next starts, so that the order
+		// printed is the order of arrival.
+		if err := queued(ctx, admin, key, i); err != nil {
+			return err
+		}
+		say("%s campaigns for %q (TTL %v): %s in the queue", c.name, key, demoTTL, ordinal(i))
 	}
 	byName := map[string]*candidate{}
 	for _, c := range cands {
@@ -128,10 +151,12 @@ func demo(out io.Writer) error {
 				case "stopped":
 					say("%s stops its work (term %d): %v", ev.who, ev.term.Token, ev.reason)
 				case "demoted":
-					say("%s demoted (term %d): %v", ev.who, ev.term.Token, ev.reason)
+					say("%s demoted (term %d): %v; it campaigns again, at the back of the queue", ev.who, ev.term.Token, ev.reason)
 				}
 			case <-timeout:
 				return demoEvent{}, fmt.Errorf("no leader elected within %v", 5*demoTTL)
+			case <-ctx.Done():
+				return demoEvent{}, ctx.Err()
 			}
 		}
 	}
@@ -193,12 +218,14 @@ func demo(out io.Writer) error {
 				stoppedAt = e.at
 				say("%s stops its own work (term %d), %v after the cut: %v", e.who, e.term.Token, e.at.Sub(t0).Round(time.Millisecond), e.reason)
 			case e.what == "demoted":
-				say("%s demoted (term %d): %v", e.who, e.term.Token, e.reason)
+				say("%s demoted (term %d): %v; it campaigns again, at the back of the queue", e.who, e.term.Token, e.reason)
 			case e.what == "elected":
 				ev = e
 			}
 		case <-timeout:
 			return fmt.Errorf("no failover within %v of the cut", 5*demoTTL)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	say("%s elected, term %d, %v after the cut", ev.who, ev.term.Token, ev.at.Sub(t0).Round(time.Millisecond))
@@ -208,7 +235,7 @@ func demo(out io.Writer) error {
 	say("%s had stopped %v before %s was elected: no overlap", leader.name, ev.at.Sub(stoppedAt).Round(time.Millisecond), ev.who)
 	summary = append(summary, row{"cut off", leader.name, ev.who, ev.at.Sub(t0), [2]uint64{prev.term.Token, ev.term.Token}})
 	leader.proxy.Heal()
-	say("%s's link is healed; it campaigns again behind the others", leader.name)
+	say("%s's link is healed", leader.name)
 
 	fmt.Fprintf(out, "\nfailover   from  to    terms         took\n")
 	last := uint64(0)
@@ -220,8 +247,28 @@ func demo(out io.Writer) error {
 		last = r.terms[1]
 	}
 	fmt.Fprintf(out, "\nterms only grew; every failover but the resignation waited for the TTL (%v) to run out on the server.\n", demoTTL)
+	fmt.Fprintf(out, "A term is the etcd revision that created the leader's key: it skips the revisions of other writes (a resignation's delete, a new campaign's key).\n")
 	return nil
 }
+
+// queued waits until n candidates' keys are under key's prefix.
+func queued(ctx context.Context, admin *clientv3.Client, key string, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		r, err := admin.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && r.Count >= int64(n) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("candidate %d not queued within 5s: %w", n, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func ordinal(i int) string { return [...]string{"first", "second", "third"}[i-1] }
 
 func startCandidate(name, key, endpoint string, events chan<- demoEvent) (*candidate, error) {
 	p, err := faultproxy.New(endpoint)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -51,5 +53,61 @@ func TestDemo_RunsAndExitsWithin60s(t *testing.T) {
 			t.Errorf("%s: terms %d → %d after %d: terms must grow, each failover from the last term", r[1], from, to, prev)
 		}
 		prev = to
+	}
+}
+
+// TestDemo_InterruptCleansUp: Ctrl-C during the demo stops it through its
+// own clean-up: exit 130, and its data directory is gone.
+func TestDemo_InterruptCleansUp(t *testing.T) {
+	p := tenureCmd("demo")
+	outPipe, err := p.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	p.Stderr = &stderr
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(outPipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	dataDir := regexp.MustCompile(`\(data in (\S+)\)`)
+	var dir string
+	timeout := time.After(30 * time.Second)
+reading: // until the demo has a data directory and is mid-failover
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the demo ended before the kill; stderr: %s", stderr.String())
+			}
+			if m := dataDir.FindStringSubmatch(l); m != nil {
+				dir = m[1]
+			}
+			if dir != "" && strings.Contains(l, "is killed") {
+				break reading
+			}
+		case <-timeout:
+			_ = p.Process.Kill()
+			t.Fatal("the demo did not reach the kill within 30 s")
+		}
+	}
+	if err := p.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until the demo closes its stdout
+	}
+	if code := exitWithin(t, p, 15*time.Second, "the interrupted demo"); code != 130 {
+		t.Errorf("the interrupted demo exited %d, want 130; stderr: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		_ = os.RemoveAll(dir)
+		t.Errorf("the interrupted demo left %s behind (%v)", dir, err)
 	}
 }

@@ -129,20 +129,9 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var caught atomic.Value // os.Signal
-	watcherDone := make(chan struct{})
 	// A signal while waiting for KEY cancels the campaign.
-	go func() {
-		defer close(watcherDone)
-		select {
-		case s := <-sigs:
-			caught.Store(s)
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, caught, unwatch := cancelOnSignal(sigs)
+	defer unwatch()
 
 	b, closeBackend, err := f.open(ctx, cfg.TTL)
 	if err != nil {
@@ -211,22 +200,47 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	case errors.Is(err, tenure.ErrInvalidConfig):
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage
-	case err != nil && caught.Load() != nil:
-		s := caught.Load().(os.Signal)
+	case err != nil && caught() != nil:
+		s := caught()
 		fmt.Fprintf(stderr, "tenure exec: %v while waiting for %s; not running %s\n", s, f.key, argv[0])
 		return 128 + int(s.(syscall.Signal))
 	case err != nil:
 		fmt.Fprintf(stderr, "tenure exec: campaign for %s failed: %s\n", f.key, oneLine(err))
 		return exitFailure
 	}
-	cancel() // stop the campaign's signal watcher; signals now go to CMD
-	<-watcherDone
-	if s, ok := caught.Load().(os.Signal); ok { // it came just as we were elected
+	// Signals now go to CMD; one that came just as we were elected stops
+	// us here.
+	unwatch()
+	if s := caught(); s != nil {
 		_ = stop.do(e.Resign)
 		fmt.Fprintf(stderr, "tenure exec: %v while taking %s; not running %s\n", s, f.key, argv[0])
 		return 128 + int(s.(syscall.Signal))
 	}
 	return supervise(e, f, term, argv, sigs, stop, stdout, stderr)
+}
+
+// cancelOnSignal returns a ctx that the first signal on sigs cancels, and
+// caught, which returns that signal (nil before one came). unwatch stops
+// the watch (cancelling ctx) and waits until it has stopped, so that
+// later signals on sigs are the caller's; it may be called again.
+func cancelOnSignal(sigs <-chan os.Signal) (ctx context.Context, caught func() os.Signal, unwatch func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var got atomic.Value // os.Signal
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case s := <-sigs:
+			got.Store(s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	caught = func() os.Signal {
+		s, _ := got.Load().(os.Signal)
+		return s
+	}
+	return ctx, caught, func() { cancel(); <-done }
 }
 
 // shutdown bounds tenure exec's way out. The release when CMD exits, the

@@ -193,6 +193,22 @@ func start(t *testing.T, args ...string) *proc {
 	return p
 }
 
+// exitWithin waits for p, started, to exit and returns its status; after
+// d it kills p and fails t, naming what.
+func exitWithin(t *testing.T, p *exec.Cmd, d time.Duration, what string) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		_ = p.Process.Kill()
+		<-done
+		t.Fatalf("%s did not exit within %v", what, d)
+	}
+	return p.ProcessState.ExitCode()
+}
+
 func (p *proc) wait(t *testing.T, d time.Duration) int {
 	t.Helper()
 	select {
