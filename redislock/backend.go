@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,15 +107,29 @@ func Dial(ctx context.Context, addrs []string, base *redis.Options, opts Options
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("%w: redislock: no Redis endpoints", tenure.ErrInvalidConfig)
 	}
-	seen := map[string]bool{}
+	seen := map[string]string{} // address (as given, and resolved) → endpoint
 	for _, a := range addrs {
-		if _, _, err := splitHostPort(a); err != nil {
+		host, port, err := splitHostPort(a)
+		if err != nil {
 			return nil, err
 		}
-		if seen[a] {
+		if seen[a] != "" {
 			return nil, fmt.Errorf("%w: redislock: endpoint %s given twice (Redlock needs independent masters)", tenure.ErrInvalidConfig, a)
 		}
-		seen[a] = true
+		seen[a] = a
+		if len(addrs) == 1 {
+			continue
+		}
+		// Two names of one server (localhost and 127.0.0.1) would give it
+		// two votes. A name that does not resolve now is left to the dial.
+		ips, _ := net.DefaultResolver.LookupHost(ctx, host)
+		for _, ip := range ips {
+			k := net.JoinHostPort(ip, strconv.Itoa(port))
+			if other := seen[k]; other != "" && other != a {
+				return nil, fmt.Errorf("%w: redislock: endpoints %s and %s are the same server (%s; Redlock needs independent masters)", tenure.ErrInvalidConfig, other, a, k)
+			}
+			seen[k] = a
+		}
 	}
 	var clients []*redis.Client
 	for _, a := range addrs {
