@@ -320,7 +320,10 @@ func translate(op string, err error) error {
 		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrSessionExpired, op, err)
 	case errors.Is(err, zk.ErrClosing):
 		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrClosed, op, err)
-	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrBadArguments), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrInvalidACL):
+	case errors.Is(err, zk.ErrNoAuth):
+		// Waiting will not help: the credentials or the ACL must change.
+		return fmt.Errorf("%w: zookeeper %s: refused by the node's ACL (wrong or missing digest credentials?): %w", tenure.ErrInvalidConfig, op, err)
+	case errors.Is(err, zk.ErrBadArguments), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrInvalidACL):
 		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrInvalidConfig, op, err)
 	default:
 		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrUnavailable, op, err)
