@@ -24,10 +24,9 @@ const guardCommand = "__guard"
 // is finished with the group (nothing is killed) and waits for it to exit;
 // call it once.
 func startGuard(pgid int) (done func(), err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
+	// This very binary, even if its file was replaced or deleted since
+	// (an upgrade while tenure runs): the guard must be this version.
+	exe := "/proc/self/exe"
 	r, w, err := os.Pipe() // close-on-exec: CMD never holds the write end
 	if err != nil {
 		return nil, err
