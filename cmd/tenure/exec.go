@@ -54,7 +54,10 @@ own process group with TENURE_TERM (the fencing token: pass it to whatever
 CMD writes to), TENURE_KEY, TENURE_IDENTITY and TENURE_BACKEND set.
 
 On SIGTERM, SIGINT or SIGHUP, tenure sends SIGTERM to CMD's process group,
-waits for CMD and releases KEY at once; a second such signal sends SIGKILL. If leadership is lost while CMD runs (the lease could
+waits for CMD and releases KEY at once; a second such signal sends SIGKILL.
+What CMD leaves running when it exits is stopped (SIGTERM, SIGKILL --grace
+later) before KEY is released. Ctrl-Z is ignored while CMD runs; CMD does
+not own the terminal, so give a CMD that reads input a file or a pipe. If leadership is lost while CMD runs (the lease could
 not be renewed), CMD gets SIGTERM and, --grace later, SIGKILL, both before
 the server can expire the lease and elect another holder; tenure then
 exits 4. If tenure itself is killed, the kernel kills CMD, and a guard
@@ -135,6 +138,10 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 
 	b, closeBackend, err := f.open(ctx, cfg.TTL)
 	if err != nil {
+		if s := caught(); s != nil {
+			fmt.Fprintf(stderr, "tenure exec: %v while connecting; not running %s\n", s, argv[0])
+			return 128 + int(s.(syscall.Signal))
+		}
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage
 	}
@@ -292,6 +299,10 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			fmt.Fprintf(stderr, "tenure exec: releasing %s failed (it expires with the session): %s\n", f.key, oneLine(err))
 		}
 	}
+	// What CMD starts and leaves behind becomes tenure's child when CMD
+	// exits, so that stopGroup can reap it at once (init may take its
+	// time). Best effort: without it, stopGroup waits out --grace.
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0, 0, 0, 0)
 	if err := cmd.Start(); err != nil {
 		release()
 		fmt.Fprintf(stderr, "tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
@@ -302,7 +313,16 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		fmt.Fprintf(stderr, "tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
 		guardDone = func() {}
 	}
-	defer guardDone()
+	// CMD is done, and so is what it left running: nothing of it outlives
+	// KEY. Then the guard may go, and only then is KEY released.
+	ended := func() {
+		stopGroup(cmd.Process.Pid, f.grace)
+		guardDone()
+	}
+	// A suspended tenure cannot renew its lease while CMD, in its own
+	// process group, runs on: Ctrl-Z is ignored while CMD runs.
+	signal.Ignore(syscall.SIGTSTP)
+	defer signal.Reset(syscall.SIGTSTP)
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, s) }
@@ -314,6 +334,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	for {
 		select {
 		case err := <-waited:
+			ended()
 			if lostLead {
 				fmt.Fprintf(stderr, "tenure exec: %s stopped after leadership of %s was lost\n", argv[0], term)
 				return exitLostLead
@@ -348,6 +369,38 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			kill = nil
 			signalGroup(syscall.SIGKILL)
 		}
+	}
+}
+
+// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
+const prSetChildSubreaper = 36
+
+// stopGroup ends what is left of the process group pgid once its leader
+// (CMD) has exited and been reaped: SIGTERM, and SIGKILL after grace if
+// anything remains. An empty group costs one kill(2) probe. The group's
+// dead are reaped as they go (they are tenure's children, see the
+// subreaper in supervise): a zombie would count as alive.
+func stopGroup(pgid int, grace time.Duration) {
+	gone := func() bool {
+		for {
+			var ws syscall.WaitStatus
+			if pid, err := syscall.Wait4(-pgid, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				break
+			}
+		}
+		return syscall.Kill(-pgid, 0) != nil
+	}
+	if gone() {
+		return
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for !gone() {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -43,19 +43,22 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.sec.register(fs)
 }
 
-// exported are the variables tenure exec sets for its command. Inside such
-// a command (TENURE_TERM is set) they describe the enclosing lock, not
-// flags: a tenure call there that took them as --key, --identity and
-// --backend would wait for the lock its own parent holds, for good.
-var exported = map[string]bool{"TENURE_KEY": true, "TENURE_IDENTITY": true, "TENURE_BACKEND": true}
+// exported are the variables tenure exec sets for its command that name
+// its lock. Inside such a command (TENURE_TERM is set), tenure exec does
+// not take them as --key and --identity: it would wait for the lock its
+// own parent holds, for good. (tenure leader does: inside the command, it
+// reports that lock. TENURE_BACKEND stays a flag: it names the backend of
+// the TENURE_ENDPOINTS the command inherits.)
+var exported = map[string]bool{"TENURE_KEY": true, "TENURE_IDENTITY": true}
 
 // parse parses args, taking defaults from TENURE_<FLAG> environment
-// variables first (but not, inside a tenure exec command, from the ones
-// tenure exec set). It returns the arguments after the flags. --help
+// variables first (but, for exec inside a tenure exec command, not from
+// the ones that name the enclosing lock). It returns the arguments after the flags. --help
 // prints the usage on help (stdout: asked for, it is the answer).
 func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 	var envErr error
 	_, nested := os.LookupEnv("TENURE_TERM")
+	nested = nested && fs.Name() == "exec"
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if nested && exported[name] {

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -58,10 +58,25 @@ Flags:
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, stopSignals...)
+	defer signal.Stop(sigs)
+	ctx, caught, unwatch := cancelOnSignal(sigs)
+	defer unwatch()
+	// A signal ends --watch normally (0); it interrupts anything else.
+	interrupted := func() (int, bool) {
+		s := caught()
+		if s == nil {
+			return 0, false
+		}
+		fmt.Fprintf(stderr, "tenure leader: %v\n", s)
+		return 128 + int(s.(syscall.Signal)), true
+	}
 	b, closeBackend, err := c.open(ctx, *ttl)
 	if err != nil {
+		if code, ok := interrupted(); ok {
+			return code
+		}
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitUsage
 	}
@@ -95,6 +110,9 @@ Flags:
 	}
 	l, err := b.Leader(ctx, c.key)
 	if err != nil {
+		if code, ok := interrupted(); ok {
+			return code
+		}
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitFailure
 	}

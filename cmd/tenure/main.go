@@ -6,8 +6,10 @@
 //	tenure demo
 //
 // Every flag can also be set from the environment: --endpoints from
-// TENURE_ENDPOINTS, --dial-timeout from TENURE_DIAL_TIMEOUT, and so on. A flag
-// on the command line wins. Logs go to stderr; stdout belongs to the command
+// TENURE_ENDPOINTS, --dial-timeout from TENURE_DIAL_TIMEOUT, and so on (but
+// tenure exec inside a tenure exec command ignores TENURE_KEY and
+// TENURE_IDENTITY, which name the enclosing lock). A flag on the command
+// line wins. Logs go to stderr; stdout belongs to the command
 // (exec) or to the answer (leader).
 //
 // Exit status: exec exits with the command's status, 0 when --no-wait
@@ -50,7 +52,9 @@ Usage:
       cut off the leader in turn, printing the failovers.
 
 Run "tenure COMMAND --help" for a command's flags. Every flag also reads
-the environment variable TENURE_<FLAG> (e.g. TENURE_ENDPOINTS).
+the environment variable TENURE_<FLAG> (e.g. TENURE_ENDPOINTS), except
+that tenure exec inside a tenure exec command ignores TENURE_KEY and
+TENURE_IDENTITY, which name the enclosing lock.
 `
 
 func run(args []string, stdout, stderr io.Writer) int {

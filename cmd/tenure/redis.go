@@ -46,17 +46,21 @@ func (c *common) openRedis(ctx context.Context) (election.Backend, func(), error
 	// do: a refused connection fails at once, but a server that is starting
 	// answers a moment later.
 	b, err := redislock.Dial(dctx, eps, o, redislock.Options{})
-	for err != nil && errors.Is(err, tenure.ErrUnavailable) {
-		unavailable := err
+	for err != nil && errors.Is(err, tenure.ErrUnavailable) && dctx.Err() == nil {
 		select {
 		case <-dctx.Done():
 		case <-time.After(200 * time.Millisecond):
-			b, err = redislock.Dial(dctx, eps, o, redislock.Options{})
+			unavailable := err
+			if b, err = redislock.Dial(dctx, eps, o, redislock.Options{}); err != nil && dctx.Err() != nil {
+				err = unavailable // the try the deadline cut short says less
+			}
 		}
-		if err != nil && dctx.Err() != nil && ctx.Err() == nil {
-			err = unavailable // the dial timeout, not the caller, ended the tries
-			break
+	}
+	if ctx.Err() != nil { // the caller (a signal) ended the tries, not the timeout
+		if err == nil {
+			b.Close()
 		}
+		return nil, nil, ctx.Err()
 	}
 	if err != nil {
 		if errors.Is(err, tenure.ErrUnavailable) {

@@ -225,3 +225,16 @@ func TestExecRedis_ServerStartingLateIsReached(t *testing.T) {
 		t.Fatalf("exec against a Redis that listens 0.5 s late: exit %d, %s", code, out)
 	}
 }
+
+// TestExecRedis_SignalWhileDialingEnds: a signal while tenure keeps trying
+// an unreachable Redis ends it at once, with 128+N.
+func TestExecRedis_SignalWhileDialingEnds(t *testing.T) {
+	p := start(t, "exec", "--backend", "redis", "--endpoints", "127.0.0.1:1", "--dial-timeout", "30s", "--key", testKey(t), "--", "true")
+	time.Sleep(500 * time.Millisecond)
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 5*time.Second); code != 130 {
+		t.Fatalf("exit %d after SIGINT while dialing, want 130; stderr: %s", code, p.stderr)
+	}
+}
