@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -352,4 +353,31 @@ func TestExec_LeftoverChildrenEndWithCMD(t *testing.T) {
 	}
 	t.Logf("tenure exited %v after it started", time.Since(start0))
 	mustDie(t, child, 2*time.Second, "the command's leftover child")
+}
+
+// TestExec_CtrlZIgnoredWhileCMDRuns: a stopped tenure cannot renew its
+// lease while CMD, in its own process group, runs on; SIGTSTP (Ctrl-Z)
+// does not stop it while CMD runs.
+func TestExec_CtrlZIgnoredWhileCMDRuns(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--",
+		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; sleep 1`)...)
+	pidIn(t, path(dir, "a-pid"))
+	if err := a.cmd.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The state is the field after the parenthesized command name.
+	if i := strings.LastIndexByte(string(stat), ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'T' {
+		_ = a.cmd.Process.Signal(syscall.SIGCONT)
+		t.Fatalf("tenure was stopped by SIGTSTP while its command ran (stat %q)", stat)
+	}
+	if code := a.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("tenure exited %d; stderr: %s", code, a.stderr)
+	}
 }
