@@ -77,6 +77,22 @@ failover took. Takes under 10 seconds and removes everything it made.
 	defer signal.Stop(sigs)
 	ctx, caught, unwatch := cancelOnSignal(sigs)
 	defer unwatch()
+	// A second signal, while the first one's clean-up runs, exits at once.
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-finished:
+			return
+		}
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "tenure demo: %v again: exiting without cleaning up\n", s)
+			os.Exit(128 + int(s.(syscall.Signal)))
+		case <-finished:
+		}
+	}()
 	if err := demo(ctx, stdout); err != nil {
 		if s := caught(); s != nil {
 			fmt.Fprintf(stderr, "tenure demo: %v; stopped and cleaned up\n", s)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -59,13 +60,57 @@ func TestDemo_RunsAndExitsWithin60s(t *testing.T) {
 // TestDemo_InterruptCleansUp: Ctrl-C during the demo stops it through its
 // own clean-up: exit 130, and its data directory is gone.
 func TestDemo_InterruptCleansUp(t *testing.T) {
+	p, lines, dir, stderr := demoAtTheKill(t)
+	if err := p.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until the demo closes its stdout
+	}
+	if code := exitWithin(t, p, 15*time.Second, "the interrupted demo"); code != 130 {
+		t.Errorf("the interrupted demo exited %d, want 130; stderr: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		_ = os.RemoveAll(dir)
+		t.Errorf("the interrupted demo left %s behind (%v)", dir, err)
+	}
+}
+
+// TestDemo_SecondInterruptExitsAtOnce: a second Ctrl-C while the first
+// one's clean-up runs exits at once (leaving the clean-up undone).
+func TestDemo_SecondInterruptExitsAtOnce(t *testing.T) {
+	p, lines, dir, stderr := demoAtTheKill(t)
+	defer os.RemoveAll(dir)
+	if err := p.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	second := time.Now()
+	if err := p.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	code := exitWithin(t, p, 15*time.Second, "the twice-interrupted demo")
+	took := time.Since(second)
+	if code != 130 || took > 2*time.Second {
+		t.Fatalf("the demo exited %d, %v after a second SIGINT; want 130 within 2 s; stderr: %s", code, took, stderr.String())
+	}
+}
+
+// demoAtTheKill starts tenure demo and returns once it has killed its
+// second leader (its clean-up then takes a while): the process, its
+// remaining stdout lines, its data directory and its stderr.
+func demoAtTheKill(t *testing.T) (*exec.Cmd, <-chan string, string, *strings.Builder) {
+	t.Helper()
 	p := tenureCmd("demo")
 	outPipe, err := p.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	p.Stderr = &stderr
+	stderr := &strings.Builder{}
+	p.Stderr = stderr
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +125,6 @@ func TestDemo_InterruptCleansUp(t *testing.T) {
 	dataDir := regexp.MustCompile(`\(data in (\S+)\)`)
 	var dir string
 	timeout := time.After(30 * time.Second)
-reading: // until the demo has a data directory and is mid-failover
 	for {
 		select {
 		case l, ok := <-lines:
@@ -91,23 +135,11 @@ reading: // until the demo has a data directory and is mid-failover
 				dir = m[1]
 			}
 			if dir != "" && strings.Contains(l, "is killed") {
-				break reading
+				return p, lines, dir, stderr
 			}
 		case <-timeout:
 			_ = p.Process.Kill()
 			t.Fatal("the demo did not reach the kill within 30 s")
 		}
-	}
-	if err := p.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	for range lines { // drain until the demo closes its stdout
-	}
-	if code := exitWithin(t, p, 15*time.Second, "the interrupted demo"); code != 130 {
-		t.Errorf("the interrupted demo exited %d, want 130; stderr: %s", code, stderr.String())
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		_ = os.RemoveAll(dir)
-		t.Errorf("the interrupted demo left %s behind (%v)", dir, err)
 	}
 }
