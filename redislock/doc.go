@@ -76,6 +76,8 @@
 //	...
 //	defer b.Close()
 //	e, err := election.New(b, election.Config{Key: "report", Identity: host, TTL: 10 * time.Second})
+//	...
+//	defer e.Close(context.Background()) // releases the key; runs before b.Close
 //	term, err := e.TryCampaign(ctx) // tenure.ErrLocked: someone else builds it
 //
 // All exported types are safe for concurrent use.
