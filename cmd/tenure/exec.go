@@ -125,8 +125,19 @@ func (f *execFlags) config() (election.Config, error) {
 // stopSignals end a tenure exec: while waiting, the campaign; while CMD
 // runs, CMD (SIGTERM to its group; a second one, SIGKILL). SIGHUP is one
 // of them: a closed terminal or ssh session must release KEY, not leave
-// it to expire with a killed CMD.
-var stopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
+// it to expire with a killed CMD. But a SIGHUP or SIGINT that tenure's
+// parent set to be ignored stays ignored (Go's Notify would undo it):
+// `nohup tenure exec ...` must survive its terminal, and a shell's
+// background job ignores Ctrl-C.
+var stopSignals = func() []os.Signal {
+	sigs := []os.Signal{syscall.SIGTERM}
+	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
+}()
 
 func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 2)
@@ -299,6 +310,13 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			fmt.Fprintf(stderr, "tenure exec: releasing %s failed (it expires with the session): %s\n", f.key, oneLine(err))
 		}
 	}
+	// A suspended tenure cannot renew its lease while CMD, in its own
+	// process group, runs on: Ctrl-Z is caught, and dropped, from before
+	// CMD starts. (Caught, not ignored: an ignored signal would be
+	// ignored in CMD too, since exec keeps SIG_IGN.)
+	tstp := make(chan os.Signal, 1)
+	signal.Notify(tstp, syscall.SIGTSTP)
+	defer signal.Stop(tstp)
 	// What CMD starts and leaves behind becomes tenure's child when CMD
 	// exits, so that stopGroup can reap it at once (init may take its
 	// time). Best effort: without it, stopGroup waits out --grace.
@@ -319,10 +337,6 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		stopGroup(cmd.Process.Pid, f.grace)
 		guardDone()
 	}
-	// A suspended tenure cannot renew its lease while CMD, in its own
-	// process group, runs on: Ctrl-Z is ignored while CMD runs.
-	signal.Ignore(syscall.SIGTSTP)
-	defer signal.Reset(syscall.SIGTSTP)
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, s) }

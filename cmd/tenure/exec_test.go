@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -379,5 +380,30 @@ func TestExec_CtrlZIgnoredWhileCMDRuns(t *testing.T) {
 	}
 	if code := a.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("tenure exited %d; stderr: %s", code, a.stderr)
+	}
+}
+
+// TestExec_NohupSurvivesSIGHUP: started with SIGHUP ignored (nohup),
+// tenure exec keeps it ignored: the command runs on after a hangup.
+func TestExec_NohupSurvivesSIGHUP(t *testing.T) {
+	if _, err := exec.LookPath("nohup"); err != nil {
+		t.Skip("no nohup:", err)
+	}
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	args := append([]string{os.Args[0], "exec"}, v.flags("")...)
+	args = append(args, "--key", key, "--", "sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; sleep 0.5; echo done > `+path(dir, "a-done"))
+	nohup := exec.Command("nohup", args...)
+	nohup.Env = append(os.Environ(), "TENURE_TEST_AS_CLI=1")
+	p := startCmd(t, nohup)
+	pidIn(t, path(dir, "a-pid"))
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("nohup tenure exec exited %d after SIGHUP, want the command's 0; stderr: %s", code, p.stderr)
+	}
+	if got := waitFile(t, path(dir, "a-done"), time.Second); got != "done" {
+		t.Fatalf("the command did not finish: %q", got)
 	}
 }

@@ -176,7 +176,14 @@ type proc struct {
 
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: tenureCmd(args...), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	return startCmd(t, tenureCmd(args...))
+}
+
+// startCmd starts cmd, unstarted, as a proc: stderr kept, killed at the
+// end of the test.
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
