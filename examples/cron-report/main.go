@@ -67,6 +67,9 @@ Flags:
 	defer stop()
 	if err := runDemo(ctx, *tenureBin, stdout); err != nil {
 		fmt.Fprintf(stderr, "cron-report --demo: %v\n", err)
+		if ctx.Err() != nil {
+			return 130 // interrupted (SIGINT or SIGTERM)
+		}
 		return 1
 	}
 	return 0

@@ -227,3 +227,35 @@ func TestReportOverwrites(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckDemo: the demo fails (exit 1) unless what it summarises is what
+// it claims; before, a demo whose every replica failed still exited 0.
+func TestCheckDemo(t *testing.T) {
+	good := func() *simResult {
+		return &simResult{
+			Hours: []*hourResult{{Plan: hourPlan{Date: "2026-01-01T10"}, Attempts: []*attempt{
+				{Identity: "replica-1", Code: 0}, {Identity: "replica-2", Skipped: true},
+			}}},
+			Runs:    []runLine{{Date: "2026-01-01T10", Term: "1", Identity: "replica-1"}},
+			Reports: map[string]string{reportKey("2026-01-01T10"): "r"},
+			DupKey:  reportKey("2026-01-01T10"), DupBefore: "r", DupAfter: "r",
+		}
+	}
+	if err := checkDemo(good()); err != nil {
+		t.Fatalf("checkDemo(a good run) = %v", err)
+	}
+	for name, spoil := range map[string]func(*simResult){
+		"ran twice":      func(r *simResult) { r.Runs = append(r.Runs, r.Runs[0]) },
+		"never ran":      func(r *simResult) { r.Runs = nil },
+		"a replica fail": func(r *simResult) { r.Hours[0].Attempts[0].Code = -1 },
+		"no report":      func(r *simResult) { r.Reports = map[string]string{} },
+		"lock key left":  func(r *simResult) { r.LockKeys = []string{"report:x:lock"} },
+		"dup changed":    func(r *simResult) { r.DupAfter = "other" },
+	} {
+		r := good()
+		spoil(r)
+		if err := checkDemo(r); err == nil {
+			t.Errorf("%s: checkDemo = nil, want an error", name)
+		}
+	}
+}
