@@ -131,7 +131,11 @@ func runDemo(ctx context.Context, out io.Writer) error {
 	}
 	say("failover: %s → %s, terms %d → %d, %v after the kill; stopping everything", p1.Name, p2.Name, p1.Term, p2.Term, took.Round(time.Millisecond))
 	c.close()
-	say("done; removing %s", dir)
+	if os.Getenv("PATRONI_LIKE_KEEP") == "" {
+		say("done; removing %s", dir)
+	} else {
+		say("done; keeping %s (PATRONI_LIKE_KEEP is set)", dir)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -337,6 +338,9 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		}
 		select {
 		case <-ctx.Done():
+			if err := context.Cause(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("%s: %w", what, err) // the caller gave up (Ctrl-C), not the clock
+			}
 			return fmt.Errorf("%s: not within %v", what, timeout)
 		case <-time.After(50 * time.Millisecond):
 		}

@@ -31,7 +31,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "the member's YAML configuration `file`")
 	demo := fs.Bool("demo", false, "run three members on an embedded etcd, fail the primary over, and clean up")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage:\n  patroni-like --config FILE   run one member's manager\n  patroni-like --demo          the failover demo (about 30 s)\n\nFlags:\n")
+		fmt.Fprint(stderr, "Usage:\n  patroni-like --config FILE   run one member's manager\n  patroni-like --demo          the failover demo (about 10 s)\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
