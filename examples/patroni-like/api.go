@@ -40,8 +40,9 @@ type Status struct {
 	// LSN is the primary's current WAL position, or the standby's replay
 	// position.
 	LSN string `json:"lsn,omitempty"`
-	// Timeline is the timeline of the last checkpoint (a standby's moves
-	// when it replays one).
+	// Timeline is the primary's current timeline (from its WAL position's
+	// file name), or the timeline a standby receives WAL on (its last
+	// checkpoint's while it receives nothing).
 	Timeline int `json:"timeline,omitempty"`
 	// Lag is, in /cluster, how many bytes of WAL a standby has yet to
 	// replay, compared with the primary's position.
@@ -94,7 +95,10 @@ func (m *Manager) queryStatus(ctx context.Context) Status {
 	var ro string
 	err = conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'),
 		CASE WHEN pg_is_in_recovery() THEN coalesce(pg_last_wal_replay_lsn()::text, '') ELSE pg_current_wal_lsn()::text END,
-		(SELECT timeline_id FROM pg_control_checkpoint()),
+		CASE WHEN pg_is_in_recovery()
+			THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0 LIMIT 1),
+				(SELECT timeline_id FROM pg_control_checkpoint()))
+			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
 		coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver LIMIT 1), false)`).
 		Scan(&st.InRecovery, &ro, &st.LSN, &st.Timeline, &st.Streaming)
 	if err != nil {
