@@ -228,6 +228,9 @@ func (m *Manager) converge(ctx context.Context) error {
 	switch {
 	case !m.pg.HasData() && elsewhere:
 		m.setRole(RoleUninit)
+		if !Promoted(opCtx, leader.Postgres) {
+			return nil // the leader is still promoting: copy it once it is a primary
+		}
 		m.event("basebackup", zap.String("from", leader.Name))
 		if err := m.pg.BaseBackup(opCtx, leader.Postgres); err != nil {
 			return err

@@ -213,6 +213,20 @@ func (p *Postgres) Initdb(ctx context.Context) error {
 	return p.writeBaseConf()
 }
 
+// Promoted reports whether the PostgreSQL at addr answers and is out of
+// recovery: a primary. A member that has just won the key is still a
+// standby until its promotion ends, and a base backup taken from it then
+// fails ("the standby was promoted during online backup").
+func Promoted(ctx context.Context, addr string) bool {
+	conn, err := pgx.Connect(ctx, dsn(addr))
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.Background())
+	var inRecovery bool
+	return conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery) == nil && !inRecovery
+}
+
 // BaseBackup copies the data directory of the primary at addr, with the WAL
 // needed to start from it.
 func (p *Postgres) BaseBackup(ctx context.Context, addr string) error {
