@@ -53,15 +53,18 @@ releases KEY the moment CMD exits; exits with CMD's status. CMD runs in its
 own process group with TENURE_TERM (the fencing token: pass it to whatever
 CMD writes to), TENURE_KEY, TENURE_IDENTITY and TENURE_BACKEND set.
 
-On SIGTERM, SIGINT or SIGHUP, tenure sends SIGTERM to CMD's process group,
-waits for CMD and releases KEY at once; a second such signal sends SIGKILL.
-What CMD leaves running when it exits is stopped (SIGTERM, SIGKILL --grace
-later) before KEY is released. Ctrl-Z is ignored while CMD runs; CMD does
-not own the terminal, so give a CMD that reads input a file or a pipe. If leadership is lost while CMD runs (the lease could
-not be renewed), CMD gets SIGTERM and, --grace later, SIGKILL, both before
-the server can expire the lease and elect another holder; tenure then
-exits 4. If tenure itself is killed, the kernel kills CMD, and a guard
-process (tenure __guard) kills what is left of CMD's process group.
+On SIGTERM, SIGINT or SIGHUP (unless started ignoring it, as under nohup),
+tenure sends SIGTERM to CMD's process group, waits for CMD and releases
+KEY at once; a second such signal sends SIGKILL. What CMD leaves running
+when it exits is stopped (SIGTERM, SIGKILL --grace later) before KEY is
+released. Ctrl-Z is ignored while CMD runs; CMD does not own the
+terminal, so give a CMD that reads input a file or a pipe.
+
+If leadership is lost while CMD runs (the lease could not be renewed), CMD
+gets SIGTERM and, --grace later, SIGKILL, both before the server can
+expire the lease and elect another holder; tenure then exits 4. If tenure
+itself is killed, the kernel kills CMD, and a guard process (tenure
+__guard) kills what is left of CMD's process group.
 
 Examples:
   tenure exec --key backup --endpoints 10.0.0.1:2379 -- ./backup.sh
