@@ -354,16 +354,14 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 		switch {
 		case errors.Is(err, errOwnGone):
 			return s.lost(ctx, t)
+		case err == nil:
+			return ctx.Err()
 		case errors.Is(err, errOwnWatch):
 			s.dropOwnWatch(t.Name, w)
-			if !pause(ctx) {
-				return ctx.Err()
-			}
-		case err != nil: // a failed read: try again
-			if !pause(ctx) {
-				return ctx.Err()
-			}
-		default:
+		}
+		// A failed watch (dropped: the next ownWatch makes a new one) or
+		// read: try again.
+		if !pause(ctx) {
 			return ctx.Err()
 		}
 	}

@@ -53,8 +53,9 @@ var exported = map[string]bool{"TENURE_KEY": true, "TENURE_IDENTITY": true}
 
 // parse parses args, taking defaults from TENURE_<FLAG> environment
 // variables first (but, for exec inside a tenure exec command, not from
-// the ones that name the enclosing lock). It returns the arguments after the flags. --help
-// prints the usage on help (stdout: asked for, it is the answer).
+// the ones that name the enclosing lock). It returns the arguments after
+// the flags. --help prints the usage to help (stdout: asked for, it is
+// the answer).
 func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 	var envErr error
 	_, nested := os.LookupEnv("TENURE_TERM")

@@ -46,7 +46,7 @@ func (c *common) openRedis(ctx context.Context) (election.Backend, func(), error
 	// do: a refused connection fails at once, but a server that is starting
 	// answers a moment later.
 	b, err := redislock.Dial(dctx, eps, o, redislock.Options{})
-	for err != nil && errors.Is(err, tenure.ErrUnavailable) && dctx.Err() == nil {
+	for errors.Is(err, tenure.ErrUnavailable) && dctx.Err() == nil {
 		select {
 		case <-dctx.Done():
 		case <-time.After(200 * time.Millisecond):
