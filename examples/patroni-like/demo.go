@@ -57,6 +57,9 @@ func runDemo(ctx context.Context, out io.Writer) error {
 		if ev.Cause != "" {
 			detail += ": " + ev.Cause
 		}
+		if ev.Event == "fenced" && ev.Drained {
+			detail += fmt.Sprintf("; clean shutdown in %.0f ms, its standbys confirmed all its WAL", ev.Took*1000)
+		}
 		say("  [%s] %s%s", ev.Node, ev.Event, detail)
 	}
 	c, err := newLocalCluster(dir, 3, demoTTL, demoLoopWait, func(cfg string) *exec.Cmd {

@@ -195,12 +195,17 @@ func (p *prober) run(ctx context.Context) {
 type history struct{ events []Event }
 
 func (h history) find(event, node string, term uint64) (time.Time, bool) {
+	e, ok := h.event(event, node, term)
+	return e.At, ok
+}
+
+func (h history) event(event, node string, term uint64) (Event, bool) {
 	for _, e := range h.events {
 		if e.Event == event && e.Node == node && e.Term == term {
-			return e.At, true
+			return e, true
 		}
 	}
-	return time.Time{}, false
+	return Event{}, false
 }
 
 // tenureSpan is one term as the history shows it: who, from when PostgreSQL
@@ -235,7 +240,7 @@ func TestFailover_EndToEnd(t *testing.T) {
 		cmd.Env = append(os.Environ(), managerEnv+"=1")
 		return cmd
 	}, func(ev Event) {
-		t.Logf("event: %s %-10s term %d %s%s", ev.Node, ev.Event, ev.Term, ev.Cause, ev.Reason)
+		t.Logf("event: %s %-10s term %d %s%s%s", ev.Node, ev.Event, ev.Term, ev.Cause, ev.Reason, map[bool]string{true: " (drained)"}[ev.Drained])
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -414,7 +419,18 @@ func TestFailover_EndToEnd(t *testing.T) {
 	h = history{c.eventLog()}
 	spans := checkSpans(t, h, map[string]time.Time{fmt.Sprint(p1.Term): deadAt})
 	checkAcks(t, w.snapshot(), spans)
-	checkRows(ctx, t, c, p3.Name, spans, w.snapshot())
+	lost := checkRows(ctx, t, c, p3.Name, spans, w.snapshot())
+	// The cut-off primary's fence was a clean shutdown within its drain
+	// window: its standbys confirmed all its WAL before it was fenced, and
+	// so before the new primary was elected. Not one acknowledged commit of
+	// its term may be missing.
+	ev, _ := h.event("fenced", p2.Name, p2.Term)
+	t.Logf("the cut-off %s's fence took %.1f ms; drained: %v; acknowledged commits of its term %d missing: %d", p2.Name, ev.Took*1000, ev.Drained, p2.Term, lost[p2.Term])
+	if !ev.Drained {
+		t.Errorf("the fence of cut-off %s (term %d) did not drain in time: its last commits may not have reached the standbys", p2.Name, p2.Term)
+	} else if lost[p2.Term] > 0 {
+		t.Errorf("%d commits acknowledged under the cut-off term %d are missing on the final primary, though its fence drained", lost[p2.Term], p2.Term)
+	}
 	pr.mu.Lock()
 	t.Logf("prober: %d rounds of direct read-write transactions on all three members; rounds with two members accepting: %d", pr.rounds, len(pr.double))
 	if len(pr.double) > 0 {
@@ -552,7 +568,7 @@ func checkAcks(t *testing.T, acks []ack, spans []tenureSpan) {
 // in commit order. Acknowledged rows missing there are counted by term:
 // replication is asynchronous, so an ended term may lose its last commits
 // (README, Limits), but the final primary's own term loses none.
-func checkRows(ctx context.Context, t *testing.T, c *localCluster, primary string, spans []tenureSpan, acks []ack) {
+func checkRows(ctx context.Context, t *testing.T, c *localCluster, primary string, spans []tenureSpan, acks []ack) (lost map[uint64]int) {
 	t.Helper()
 	conn, err := c.connect(ctx, primary)
 	if err != nil {
@@ -596,7 +612,7 @@ func checkRows(ctx context.Context, t *testing.T, c *localCluster, primary strin
 	for _, s := range spans {
 		final = max(final, s.term)
 	}
-	lost := map[uint64]int{}
+	lost = map[uint64]int{}
 	for _, a := range acks {
 		if !present[a.id] {
 			lost[a.term]++
@@ -606,4 +622,5 @@ func checkRows(ctx context.Context, t *testing.T, c *localCluster, primary strin
 	if lost[final] > 0 {
 		t.Errorf("%d commits acknowledged under the final term %d are missing on its own primary", lost[final], final)
 	}
+	return lost
 }

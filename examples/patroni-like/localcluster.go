@@ -36,6 +36,11 @@ type Event struct {
 	Term   uint64    `json:"term"`
 	Cause  string    `json:"cause"`
 	Reason string    `json:"reason"`
+	// Drained: a fenced event's clean shutdown finished in time, so its
+	// standbys confirmed every commit of the term (Postgres.Fence).
+	Drained bool `json:"drained"`
+	// Took: how long a fenced event's fence took, in seconds.
+	Took float64 `json:"took"`
 }
 
 // localCluster is a cluster of manager processes on loopback. Its methods

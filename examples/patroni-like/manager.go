@@ -25,6 +25,7 @@ const (
 	RoleReplica   = "replica"       // a standby, in recovery
 	RolePromoting = "promoting"     // elected; promoting and recording the term
 	RolePrimary   = "primary"       // elected, term recorded, open for writes
+	RoleFencing   = "fencing"       // term ended; PostgreSQL shutting down, no session left
 	RoleFenced    = "fenced"        // was primary; PostgreSQL stopped, waiting to rejoin
 	RoleStopped   = "stopped"       // PostgreSQL not running
 )
@@ -78,11 +79,12 @@ func NewManager(cfg Config, log *zap.Logger) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
-	e, err := election.New(etcdelect.New(cli), election.Config{
-		Key:      cfg.LeaderKey(),
-		Identity: cfg.Name,
-		TTL:      cfg.DCS.TTL,
-	}, election.WithLogger(log))
+	ecfg := election.Config{Key: cfg.LeaderKey(), Identity: cfg.Name, TTL: cfg.DCS.TTL}.WithDefaults()
+	// The fence's clean shutdown (drainFor) gets most of the margin that
+	// tenure leaves between the lease deadline and the server's earliest
+	// expiry: three quarters instead of half.
+	ecfg.StopTimeout = ecfg.DeadlineMargin * 3 / 4
+	e, err := election.New(etcdelect.New(cli), ecfg, election.WithLogger(log))
 	if err != nil {
 		cli.Close()
 		return nil, err
@@ -432,13 +434,15 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 	m.mu.Unlock()
 	m.event("elected", zap.Uint64("term", term.Token))
 	defer func() {
-		// The fence: an immediate shutdown ends every session and every open
-		// transaction now, before the lease can pass to another member.
-		m.pg.Stop(0)
+		cause := context.Cause(ctx)
+		m.setRole(RoleFencing)
+		began := time.Now()
+		drained := m.pg.Fence(m.drainFor(cause))
 		m.mu.Lock()
 		m.elected, m.role, m.needRewind = false, RoleFenced, true
 		m.mu.Unlock()
-		m.event("fenced", zap.Uint64("term", term.Token), zap.NamedError("cause", context.Cause(ctx)))
+		m.event("fenced", zap.Uint64("term", term.Token), zap.NamedError("cause", cause),
+			zap.Bool("drained", drained), zap.Duration("took", time.Since(began)))
 		m.wake()
 	}()
 	if err := m.promote(ctx, term); err != nil {
@@ -462,6 +466,28 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 			}
 		}
 	}
+}
+
+// drainFor is how long the fence of a term that ended for cause may spend
+// on a clean shutdown before it shuts down immediately (see
+// Postgres.Fence).
+//
+// Every session ends when the fence starts, whichever the shutdown, so no
+// commit lands after that; the clean part only streams what was committed
+// to the standbys. It may run while the key is still this member's: at the
+// lease deadline (the server cannot expire the key for another
+// DeadlineMargin), at a resignation or a shutdown (the key is released
+// after this returns). Three quarters of the elector's StopTimeout keep it
+// inside the time tenure gives the elected work to stop, with room left
+// for the immediate shutdown. When the key may be
+// another member's already (the session expired, the key was deleted),
+// a new primary may be promoting from this member's standbys: the fence is
+// immediate, so that no WAL of this term reaches them from now on.
+func (m *Manager) drainFor(cause error) time.Duration {
+	if errors.Is(cause, tenure.ErrSessionExpired) || errors.Is(cause, tenure.ErrOwnershipLost) {
+		return 0
+	}
+	return m.e.Config().StopTimeout * 3 / 4
 }
 
 // promote turns the standby into the primary of term: pg_promote, then the

@@ -468,6 +468,46 @@ func (p *Postgres) Stop(grace time.Duration) {
 	}
 }
 
+// Fence stops the postmaster as a primary's term ends and reports whether
+// the clean part finished within drain.
+//
+// It starts with a fast shutdown (SIGINT): the postmaster accepts no new
+// connection and ends every session at once, so nothing commits from here
+// on, and then it writes its last WAL, a shutdown checkpoint included, and
+// its WAL senders stream all of it and wait until each connected standby
+// has confirmed it. An acknowledged commit therefore reaches the standbys,
+// which an immediate shutdown (SIGQUIT) does not promise: it ends the WAL
+// senders at once, with whatever they had not sent yet. If the postmaster
+// has not exited within drain (a standby unreachable, a slow checkpoint),
+// Fence escalates to an immediate shutdown, and to SIGKILL of the
+// postmaster's process group 5 s after that. With drain 0 it is an
+// immediate shutdown from the start.
+func (p *Postgres) Fence(drain time.Duration) (drained bool) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false // exited on its own: nothing to drain
+	default:
+	}
+	if drain > 0 {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		t := time.NewTimer(drain)
+		defer t.Stop()
+		select {
+		case <-done:
+			return true
+		case <-t.C:
+		}
+	}
+	p.Stop(0)
+	return false
+}
+
 // Reload makes the postmaster re-read its configuration files (SIGHUP).
 func (p *Postgres) Reload() error {
 	p.mu.Lock()
