@@ -185,13 +185,22 @@ func writeRedis(ctx context.Context, addr, date, body string) error {
 
 // newRedisClient connects to one Redis server, without go-redis's
 // maintenance-notification handshake (not needed on a plain server).
+// go-redis's own log lines (a failed dial, printed to stderr on each
+// retry) are dropped: the error comes back to the caller, which says it
+// once.
 func newRedisClient(addr string) *redis.Client {
+	redis.SetLogger(quietRedis{}) // process-wide
 	return redis.NewClient(&redis.Options{
 		Addr:                     addr,
 		DialTimeout:              5 * time.Second,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 }
+
+// quietRedis is a go-redis logger that prints nothing.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // writeFile writes the report to dir/DATE.txt through a temporary file and a
 // rename, so that a reader sees the old report or the new one, never half

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -225,6 +228,32 @@ func TestReportOverwrites(t *testing.T) {
 		if code := run(bad, &out, &errb); code != 2 {
 			t.Errorf("%q exited %d, want 2", bad, code)
 		}
+	}
+}
+
+// TestReport_UnreachableRedisSaysItOnce: a report that cannot reach Redis
+// exits 1 with one line on stderr, its own. go-redis printed a line of
+// its own for each of its four dials before. A process of its own, because
+// go-redis writes to the process's stderr, not to run's.
+func TestReport_UnreachableRedisSaysItOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: every dial is refused
+	cmd := exec.Command(os.Args[0], "report", "--date", "2025-06-01T09", "--duration", "0s", "--redis", addr)
+	cmd.Env = append(os.Environ(), jobEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("report with Redis at %s: %v, want exit status 1; stderr: %s", addr, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "report 2025-06-01T09: SET report:2025-06-01T09 on "+addr) {
+		t.Errorf("stderr: %q, want the report's one line about the failed SET", stderr.String())
 	}
 }
 
