@@ -148,18 +148,34 @@ func ParseConfig(r io.Reader, baseDir string) (Config, error) {
 	var cfg Config
 	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
+	// A type error (an unknown key, a value of the wrong type) leaves the
+	// rest decoded: report it with the rest's problems, all at once.
+	var problems []error
 	if err := dec.Decode(&cfg); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = errors.New("the file is empty")
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the file is empty")
+			}
+			return Config{}, &ConfigError{Problems: []error{err}}
 		}
-		return Config{}, &ConfigError{Problems: []error{err}}
+		for _, e := range te.Errors {
+			problems = append(problems, errors.New(e))
+		}
 	}
 	cfg = cfg.withDefaults()
 	if cfg.PostgreSQL.DataDir != "" && !filepath.IsAbs(cfg.PostgreSQL.DataDir) {
 		cfg.PostgreSQL.DataDir = filepath.Join(baseDir, cfg.PostgreSQL.DataDir)
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			return Config{}, err
+		}
+		problems = append(problems, ce.Problems...)
+	}
+	if len(problems) > 0 {
+		return Config{}, &ConfigError{Problems: problems}
 	}
 	return cfg, nil
 }

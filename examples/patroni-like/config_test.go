@@ -103,4 +103,11 @@ func TestParseConfig_RefusesBadInput(t *testing.T) {
 	if !errors.As(err, &ce) || len(ce.Problems) < 2 {
 		t.Fatalf("want two problems, got %v", err)
 	}
+	// An unknown key does not hide the other problems: it was reported
+	// alone before.
+	bad = strings.Replace(goodConfig, "ttl: 10s", "ttl: 10500ms", 1) + "colour: red\n"
+	_, err = ParseConfig(strings.NewReader(bad), "/")
+	if !errors.As(err, &ce) || len(ce.Problems) != 2 || !strings.Contains(err.Error(), "colour") || !strings.Contains(err.Error(), "whole seconds") {
+		t.Fatalf("an unknown key and a fractional ttl: got %v, want both reported", err)
+	}
 }
