@@ -3,7 +3,9 @@ package fence
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -72,56 +74,112 @@ func (m *Metrics) Rejected(resource, verifier string) {
 // Guard is the in-process verifier: it remembers the highest token accepted
 // per resource and refuses lower ones. The zero value is ready to use; it is
 // safe for concurrent use.
+//
+// It remembers in memory only: a restarted process starts from nothing and
+// accepts any term once. Use it for a resource that lives and dies with the
+// process (its state is lost at a restart too); otherwise keep the highest
+// term with the resource (pgfence, etcdfence, zkfence).
+//
+// Each resource has its own lock: a write under Do or Middleware holds up
+// later calls for the same resource only. Calls are not re-entrant: a write
+// that calls Check, Do or CheckTerm for its own resource deadlocks (Highest
+// never blocks).
 type Guard struct {
 	// Metrics, when set, counts refusals (verifier "guard", and "http" for
 	// Middleware). Default: nil, counts nothing. Set it before the Guard is
-	// shared: it is read under the Guard's lock, not written under it.
+	// shared: it is read without a lock.
 	Metrics *Metrics
 
-	mu      sync.Mutex
-	highest map[string]uint64
+	mu        sync.Mutex
+	resources map[string]*resourceFence
+}
+
+// resourceFence is one resource's state: a lock held across check and
+// write (a channel, so that a request can stop waiting for it), and the
+// highest token accepted, written under the lock.
+type resourceFence struct {
+	lock    chan struct{}
+	highest atomic.Uint64
+}
+
+func (g *Guard) resource(name string) *resourceFence {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.resources[name]
+	if r == nil {
+		if g.resources == nil {
+			g.resources = map[string]*resourceFence{}
+		}
+		r = &resourceFence{lock: make(chan struct{}, 1)}
+		g.resources[name] = r
+	}
+	return r
 }
 
 // Check accepts token for resource if it is at least the highest accepted
 // so far (the same term may write many times), and records it. It returns
-// a *StaleError otherwise. Token 0 is never a term and is refused.
+// a *StaleError otherwise. An empty resource, token 0 (never a term) and a
+// token above math.MaxInt64 (no backend issues one) are refused with an
+// error wrapping tenure.ErrInvalidConfig, and not counted as refusals.
 func (g *Guard) Check(resource string, token uint64) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.admitLocked(resource, token, "guard")
+	return g.Do(resource, token, func() error { return nil })
 }
 
-// Do runs write only if token is accepted for resource, holding the guard
-// for the duration so that a newer term cannot interleave a write between
-// the check and this one.
+// Do runs write only if token is accepted for resource (see Check),
+// holding the resource's lock for the duration so that a newer term cannot
+// interleave a write between the check and this one. The token stays
+// accepted when write fails: the guard cannot know whether a failed write
+// had an effect, and a term that was allowed to write once stays allowed.
+// A nil write is refused with an error wrapping tenure.ErrInvalidConfig.
 func (g *Guard) Do(resource string, token uint64, write func() error) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if err := g.admitLocked(resource, token, "guard"); err != nil {
+	if write == nil {
+		return fmt.Errorf("%w: fence: Do without a write", tenure.ErrInvalidConfig)
+	}
+	if err := checkInput(resource, token); err != nil {
+		return err
+	}
+	r := g.resource(resource)
+	r.lock <- struct{}{}
+	defer func() { <-r.lock }()
+	if err := g.admitLocked(r, resource, token, "guard"); err != nil {
 		return err
 	}
 	return write()
 }
 
-// admitLocked checks and records token; g.mu must be held.
-func (g *Guard) admitLocked(resource string, token uint64, verifier string) error {
-	if g.highest == nil {
-		g.highest = map[string]uint64{}
+// checkInput refuses what no holder can send: see Check.
+func checkInput(resource string, token uint64) error {
+	switch {
+	case resource == "":
+		return fmt.Errorf("%w: fence: empty resource name", tenure.ErrInvalidConfig)
+	case token == 0:
+		return fmt.Errorf("%w: fence: token 0 is not a term", tenure.ErrInvalidConfig)
+	case token > math.MaxInt64:
+		return fmt.Errorf("%w: fence: token %d is above every term a backend issues (%d)", tenure.ErrInvalidConfig, token, int64(math.MaxInt64))
 	}
-	h := g.highest[resource]
-	if token == 0 || token < h {
-		g.Metrics.Rejected(resource, verifier)
-		return &StaleError{Resource: resource, Token: token, Highest: h}
-	}
-	g.highest[resource] = token
 	return nil
 }
 
-// Highest returns the highest token accepted for resource (0 if none).
+// admitLocked checks and records token; r.lock must be held.
+func (g *Guard) admitLocked(r *resourceFence, resource string, token uint64, verifier string) error {
+	if h := r.highest.Load(); token < h {
+		g.Metrics.Rejected(resource, verifier)
+		return &StaleError{Resource: resource, Token: token, Highest: h}
+	}
+	r.highest.Store(token)
+	return nil
+}
+
+// Highest returns the highest token accepted for resource (0 if none). It
+// never waits for a write in progress.
 func (g *Guard) Highest(resource string) uint64 {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.highest[resource]
+	r := g.resources[resource]
+	g.mu.Unlock()
+	if r == nil {
+		return 0
+	}
+	return r.highest.Load()
 }
 
 // Require returns nil when t can fence: a real term from a linearizable

@@ -1,12 +1,17 @@
 package fence_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -44,15 +49,105 @@ func TestGuard_RefusesLowerTerms(t *testing.T) {
 	if err := g.Check("other", 1); err != nil {
 		t.Fatalf("resources are independent: %v", err)
 	}
-	if err := g.Check("report", 0); !errors.Is(err, fence.ErrStale) {
-		t.Fatalf("token 0 = %v, want refused", err)
-	}
-	if got := testutil.ToFloat64(m.Rejections().WithLabelValues("report", "guard")); got != 2 {
-		t.Fatalf("tenure_fence_rejections_total = %v, want 2", got)
+	if got := testutil.ToFloat64(m.Rejections().WithLabelValues("report", "guard")); got != 1 {
+		t.Fatalf("tenure_fence_rejections_total = %v, want 1", got)
 	}
 	wrote := false
 	if err := g.Do("report", 30, func() error { wrote = true; return nil }); !errors.Is(err, fence.ErrStale) || wrote {
 		t.Fatalf("Do with a stale term: %v, wrote=%v", err, wrote)
+	}
+}
+
+// TestGuard_RefusesBadInput: what no holder can send is a configuration
+// error, not a refusal, and moves nothing. A token above MaxInt64 was
+// accepted before and blocked every real term of the resource for good; a
+// nil write panicked after moving the fence.
+func TestGuard_RefusesBadInput(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := fence.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &fence.Guard{Metrics: m}
+	for _, tc := range []struct {
+		name     string
+		resource string
+		token    uint64
+		write    func() error
+	}{
+		{"empty resource", "", 5, func() error { return nil }},
+		{"token 0", "r", 0, func() error { return nil }},
+		{"token above MaxInt64", "r", math.MaxInt64 + 1, func() error { return nil }},
+		{"max uint64", "r", math.MaxUint64, func() error { return nil }},
+		{"nil write", "r", 11, nil},
+	} {
+		if err := g.Do(tc.resource, tc.token, tc.write); !errors.Is(err, tenure.ErrInvalidConfig) {
+			t.Errorf("%s: Do = %v, want ErrInvalidConfig", tc.name, err)
+		}
+		if tc.write != nil {
+			if err := g.Check(tc.resource, tc.token); !errors.Is(err, tenure.ErrInvalidConfig) {
+				t.Errorf("%s: Check = %v, want ErrInvalidConfig", tc.name, err)
+			}
+		}
+	}
+	if h := g.Highest("r"); h != 0 {
+		t.Fatalf("bad input moved the fence to %d", h)
+	}
+	if err := g.Check("r", math.MaxInt64); err != nil {
+		t.Fatalf("the largest real term: %v", err)
+	}
+	if got := testutil.ToFloat64(m.Rejections().WithLabelValues("r", "guard")); got != 0 {
+		t.Fatalf("bad input counted as %v refusals, want 0", got)
+	}
+}
+
+// TestGuard_ResourcesDoNotWaitForEachOther: a write in progress on one
+// resource holds up that resource only, and Highest never waits. Before,
+// one lock covered every resource: both calls below blocked until the
+// write ended.
+func TestGuard_ResourcesDoNotWaitForEachOther(t *testing.T) {
+	var g fence.Guard
+	writing, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Do("a", 5, func() error { close(writing); <-release; return nil })
+	}()
+	<-writing
+	other := make(chan error, 1)
+	go func() {
+		err := g.Check("b", 3)
+		if h := g.Highest("a"); err == nil && h != 5 {
+			err = fmt.Errorf("Highest(a) = %d during a's write, want 5", h)
+		}
+		other <- err
+	}()
+	answered := false
+	select {
+	case err := <-other:
+		answered = true
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Check(b) and Highest(a) still waiting for a's write after 5 s")
+	}
+	// The same resource does wait: a newer term's check lands after the write.
+	same := make(chan error, 1)
+	go func() { same <- g.Check("a", 6) }()
+	select {
+	case err := <-same:
+		t.Errorf("Check(a, 6) returned %v during a's write, want it to wait", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-same; err != nil {
+		t.Fatal(err)
+	}
+	if !answered {
+		<-other
 	}
 }
 
@@ -108,16 +203,95 @@ func TestMiddleware_StaleTermGets409(t *testing.T) {
 	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "stale term 33") || !strings.Contains(w.Body.String(), "34 already accepted") {
 		t.Fatalf("term 33: %d %q, want 409 naming both terms", w.Code, w.Body.String())
 	}
-	for _, bad := range []string{"", "abc", "-1", "0"} {
+	for _, bad := range []string{"", "abc", "-1", "0", "+35", " 35", "0x23", "9223372036854775808", "18446744073709551615", "18446744073709551616", "35, 36"} {
 		if w := do(bad); w.Code != http.StatusBadRequest {
 			t.Fatalf("term %q: %d, want 400", bad, w.Code)
 		}
+	}
+	// Two header lines are two values, as "35, 36" on one line is: refused,
+	// where the first value alone was taken before.
+	r := httptest.NewRequest("POST", "/orders", nil)
+	r.Header.Add(fence.HeaderTerm, "36")
+	r.Header.Add(fence.HeaderTerm, "35")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusBadRequest {
+		t.Fatalf("two %s headers: %d, want 400", fence.HeaderTerm, rec.Code)
+	}
+	if g.Highest("orders") != 34 {
+		t.Fatalf("refused requests moved the fence to %d", g.Highest("orders"))
 	}
 	if served != 1 {
 		t.Fatalf("handler served %d requests, want 1", served)
 	}
 	if got := testutil.ToFloat64(m.Rejections().WithLabelValues("orders", "http")); got != 1 {
 		t.Fatalf("rejections{http} = %v, want 1", got)
+	}
+}
+
+// TestMiddleware_GivesUpWhenTheRequestEnds: a request queued behind a slow
+// one for the same resource stops waiting when its context ends (503) and
+// never reaches the handler. Before, it waited for the lock regardless.
+func TestMiddleware_GivesUpWhenTheRequestEnds(t *testing.T) {
+	var g fence.Guard
+	inside, release := make(chan struct{}), make(chan struct{})
+	var served atomic.Int32
+	h := fence.Middleware(&g, "orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if served.Add(1) == 1 {
+			close(inside)
+			<-release
+		}
+	}))
+	req := func(ctx context.Context, term string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/orders", nil).WithContext(ctx)
+		r.Header.Set(fence.HeaderTerm, term)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	slow := make(chan int, 1)
+	go func() { slow <- req(context.Background(), "7").Code }()
+	<-inside
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	queued := make(chan *httptest.ResponseRecorder, 1)
+	go func() { queued <- req(ctx, "8") }()
+	select {
+	case w := <-queued:
+		queued <- w
+		if w.Code != http.StatusServiceUnavailable {
+			t.Errorf("request given up while queued: %d %q, want 503", w.Code, w.Body.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a request whose context ended still waits for the fence 5 s later")
+	}
+	close(release)
+	if code := <-slow; code != http.StatusOK {
+		t.Fatalf("slow request: %d", code)
+	}
+	<-queued
+	if n := served.Load(); n != 1 || g.Highest("orders") != 7 {
+		t.Fatalf("handler served %d requests, fence at %d; want 1 and 7", n, g.Highest("orders"))
+	}
+}
+
+// TestMiddleware_RefusesBadWiring: a nil guard or handler, or no resource,
+// fails at construction, not at the first request.
+func TestMiddleware_RefusesBadWiring(t *testing.T) {
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for name, build := range map[string]func(){
+		"nil guard":      func() { fence.Middleware(nil, "r", ok) },
+		"nil handler":    func() { fence.Middleware(&fence.Guard{}, "r", nil) },
+		"empty resource": func() { fence.Middleware(&fence.Guard{}, "", ok) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: Middleware did not panic", name)
+				}
+			}()
+			build()
+		}()
 	}
 }
 

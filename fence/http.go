@@ -1,9 +1,11 @@
 package fence
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // HeaderTerm is the request header that carries the sender's term.
@@ -11,20 +13,43 @@ const HeaderTerm = "X-Tenure-Term"
 
 // Middleware refuses requests whose HeaderTerm is lower than the highest
 // term g has accepted for resource: 409 Conflict with a body naming both
-// terms. A request without a valid term gets 400. Accepted requests reach
-// next while the guard is held, so a newer leader's request cannot
-// interleave with an older one's. Refusals count as verifier "http".
+// terms. A request without exactly one valid term (a decimal from 1 to
+// math.MaxInt64, in one header value) gets 400. Accepted requests reach
+// next while the resource's lock is held, so a newer leader's request
+// cannot interleave with an older one's; a request whose context ends while
+// it waits for that lock gets 503 and does not reach next. next must not
+// use g for the same resource (see Guard). Refusals count as verifier
+// "http".
+//
+// A nil g or next, or an empty resource, is a programming error:
+// Middleware panics at once, as net/http does for a nil handler, instead of
+// failing every request.
 func Middleware(g *Guard, resource string, next http.Handler) http.Handler {
+	if g == nil || next == nil || resource == "" {
+		panic("fence: Middleware needs a Guard, a resource name and a handler")
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw := r.Header.Get(HeaderTerm)
-		token, err := strconv.ParseUint(raw, 10, 64)
-		if raw == "" || err != nil || token == 0 {
-			http.Error(w, fmt.Sprintf("missing or invalid %s header %q: requests must carry the sender's term", HeaderTerm, raw), http.StatusBadRequest)
+		raw := r.Header.Values(HeaderTerm)
+		var token uint64
+		var err error
+		if len(raw) != 1 {
+			err = fmt.Errorf("%d values", len(raw))
+		} else if token, err = strconv.ParseUint(raw[0], 10, 64); err == nil {
+			err = checkInput(resource, token)
+		}
+		if err != nil {
+			http.Error(w, fmt.Sprintf("missing or invalid %s header %q: requests must carry the sender's term, once", HeaderTerm, strings.Join(raw, ", ")), http.StatusBadRequest)
 			return
 		}
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if err := g.admitLocked(resource, token, "http"); err != nil {
+		rf := g.resource(resource)
+		select {
+		case rf.lock <- struct{}{}:
+		case <-r.Context().Done():
+			http.Error(w, "gave up waiting for the fence: "+context.Cause(r.Context()).Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer func() { <-rf.lock }()
+		if err := g.admitLocked(rf, resource, token, "http"); err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}

@@ -4,6 +4,13 @@
 // transaction finds no row to update and is rolled back; a concurrent newer
 // holder's update blocks it on the row lock until it commits, after which the
 // older term no longer qualifies.
+//
+// That waiting is READ COMMITTED's: an update that waited re-reads the row
+// and re-checks its condition. Do therefore runs its transaction at READ
+// COMMITTED whatever the server's default_transaction_isolation (under
+// REPEATABLE READ or SERIALIZABLE the waiting transaction would fail with a
+// serialization error instead, the rightful newer holder's included), except
+// when the caller passes its own transaction (see Beginner).
 package pgfence
 
 import (
@@ -22,11 +29,29 @@ import (
 // DefaultTable is the fence table's name when Fence.Table is empty.
 const DefaultTable = "tenure_fence"
 
-// Beginner starts transactions: *pgx.Conn and *pgxpool.Pool both do. A
+// Beginner starts transactions: *pgx.Conn and *pgxpool.Pool both do, and
+// Do starts theirs at READ COMMITTED (through their BeginTx). A
 // *pgxpool.Pool is safe for concurrent use; a *pgx.Conn is not, and runs
-// one transaction at a time.
+// one transaction at a time. A pgx.Tx is a Beginner too: Do then runs in a
+// savepoint of the caller's transaction, at the caller's isolation level,
+// which must be READ COMMITTED for a waiting newer term to succeed (at
+// REPEATABLE READ or SERIALIZABLE, Do returns PostgreSQL's serialization
+// error, SQLSTATE 40001, and the caller retries the whole transaction).
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// txBeginner is what *pgx.Conn and *pgxpool.Pool offer beyond Begin.
+type txBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// begin starts Do's transaction at READ COMMITTED when db can say so.
+func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
+	if b, ok := db.(txBeginner); ok {
+		return b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	}
+	return db.Begin(ctx)
 }
 
 // Fence guards writes with a fence table. The zero value uses DefaultTable
@@ -35,8 +60,9 @@ type Beginner interface {
 // *pgx.Conn, to concurrent calls).
 type Fence struct {
 	// Table is the fence table (created by Setup). Default: DefaultTable.
-	// It must be a lower-case SQL identifier; Setup and Do refuse any other
-	// name with an error wrapping tenure.ErrInvalidConfig.
+	// It must be a lower-case SQL identifier (a reserved word such as
+	// "user" is fine: it is quoted); Setup and Do refuse any other name
+	// with an error wrapping tenure.ErrInvalidConfig.
 	Table string
 	// Metrics, when set, counts refusals (verifier "postgres"). Default:
 	// nil, counts nothing.
@@ -53,7 +79,7 @@ func (f Fence) table() (string, error) {
 	if !ident.MatchString(t) {
 		return "", fmt.Errorf("%w: pgfence: table name %q is not a lower-case SQL identifier", tenure.ErrInvalidConfig, t)
 	}
-	return t, nil
+	return pgx.Identifier{t}.Sanitize(), nil
 }
 
 // Setup creates the fence table if it does not exist:
@@ -77,16 +103,24 @@ func (f Fence) Setup(ctx context.Context, db Beginner) error {
 // Do runs write in a transaction that also moves resource's fence row to
 // token, and commits both only if token is at least the row's current
 // token. Otherwise it rolls back and returns a *fence.StaleError naming the
-// highest token seen. Errors from write roll back too and are returned.
+// highest token seen. Errors from write roll back too, the fence row's move
+// included (unlike fence.Guard, which cannot undo it), and are returned.
+// An empty resource, a nil write, and token 0 or above math.MaxInt64 are
+// refused with an error wrapping tenure.ErrInvalidConfig.
 func (f Fence) Do(ctx context.Context, db Beginner, resource string, token uint64, write func(ctx context.Context, tx pgx.Tx) error) error {
 	t, err := f.table()
 	if err != nil {
 		return err
 	}
-	if token == 0 || token > math.MaxInt64 {
+	switch {
+	case token == 0 || token > math.MaxInt64:
 		return fmt.Errorf("%w: pgfence: token %d out of range", tenure.ErrInvalidConfig, token)
+	case resource == "":
+		return fmt.Errorf("%w: pgfence: empty resource name", tenure.ErrInvalidConfig)
+	case write == nil:
+		return fmt.Errorf("%w: pgfence: Do without a write", tenure.ErrInvalidConfig)
 	}
-	tx, err := db.Begin(ctx)
+	tx, err := begin(ctx, db)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,11 +61,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func pool(t *testing.T) *pgxpool.Pool {
+// pool connects to the test database; params are session settings.
+func pool(t *testing.T, params ...string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(params); i += 2 {
+		cfg.ConnConfig.RuntimeParams[params[i]] = params[i+1]
 	}
 	cfg.MaxConns = 32
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -73,6 +78,21 @@ func pool(t *testing.T) *pgxpool.Pool {
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// dropAfter drops the named tables when the test ends, so that a second
+// run (-count=2) starts from nothing.
+func dropAfter(t *testing.T, db *pgxpool.Pool, tables ...string) {
+	t.Helper()
+	drop := func() {
+		for _, tb := range tables {
+			if _, err := db.Exec(context.Background(), `DROP TABLE IF EXISTS `+pgx.Identifier{tb}.Sanitize()); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	drop()
+	t.Cleanup(drop)
 }
 
 // TestDo_ConcurrentTermsNeverCommitLowerAfterHigher: 30 writers with terms
@@ -87,6 +107,7 @@ func TestDo_ConcurrentTermsNeverCommitLowerAfterHigher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dropAfter(t, db, "fence_concurrent", "writes")
 	f := pgfence.Fence{Table: "fence_concurrent", Metrics: m}
 	if err := f.Setup(ctx, db); err != nil {
 		t.Fatal(err)
@@ -154,6 +175,7 @@ func TestDo_ConcurrentTermsNeverCommitLowerAfterHigher(t *testing.T) {
 func TestDo_WriteErrorRollsBackTheFence(t *testing.T) {
 	ctx := context.Background()
 	db := pool(t)
+	dropAfter(t, db, "fence_rollback")
 	f := pgfence.Fence{Table: "fence_rollback"}
 	if err := f.Setup(ctx, db); err != nil {
 		t.Fatal(err)
@@ -180,4 +202,90 @@ func TestFence_RefusesBadInput(t *testing.T) {
 	if err := (pgfence.Fence{}).Do(ctx, db, "r", 1<<63, nil); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Fatalf("token 2^63 = %v", err)
 	}
+	nop := func(context.Context, pgx.Tx) error { return nil }
+	if err := (pgfence.Fence{}).Do(ctx, db, "", 5, nop); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("empty resource = %v", err)
+	}
+	if err := (pgfence.Fence{}).Do(ctx, db, "r", 5, nil); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("nil write = %v", err)
+	}
+	// A reserved word is an identifier like any other: it is quoted. It
+	// failed with a syntax error before.
+	dropAfter(t, db, "user")
+	f := pgfence.Fence{Table: "user"}
+	if err := f.Setup(ctx, db); err != nil {
+		t.Fatalf("Setup(table user): %v", err)
+	}
+	if err := f.Do(ctx, db, "r", 5, nop); err != nil {
+		t.Fatalf("Do(table user): %v", err)
+	}
+}
+
+// TestDo_ReadCommittedWhateverTheServerDefault: with the session default at
+// REPEATABLE READ or SERIALIZABLE, a newer term that waits on the fence row
+// behind an older one still commits once the older one has, and an older
+// term that waits behind a newer one is refused as stale. Both failed with
+// a serialization error (SQLSTATE 40001) before Do chose its isolation.
+func TestDo_ReadCommittedWhateverTheServerDefault(t *testing.T) {
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			ctx := context.Background()
+			db := pool(t, "default_transaction_isolation", level)
+			table := "fence_" + strings.ReplaceAll(level, " ", "_")
+			dropAfter(t, db, table)
+			f := pgfence.Fence{Table: table}
+			if err := f.Setup(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Do(ctx, db, "r", 1, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			// first holds the row lock until released; second waits on it.
+			race := func(first, second uint64) (error, error) {
+				inside, release := make(chan struct{}), make(chan struct{})
+				firstErr := make(chan error, 1)
+				go func() {
+					firstErr <- f.Do(ctx, db, "r", first, func(context.Context, pgx.Tx) error {
+						close(inside)
+						<-release
+						return nil
+					})
+				}()
+				<-inside
+				secondErr := make(chan error, 1)
+				go func() {
+					secondErr <- f.Do(ctx, db, "r", second, func(context.Context, pgx.Tx) error { return nil })
+				}()
+				waitForLockWait(t, db)
+				close(release)
+				return <-firstErr, <-secondErr
+			}
+			e1, e2 := race(10, 11)
+			if e1 != nil || e2 != nil {
+				t.Errorf("older 10 holds, newer 11 waits: %v, %v; want both committed", e1, e2)
+			}
+			e1, e2 = race(13, 12)
+			if e1 != nil || !errors.Is(e2, fence.ErrStale) {
+				t.Errorf("newer 13 holds, older 12 waits: %v, %v; want 13 committed and 12 stale", e1, e2)
+			}
+		})
+	}
+}
+
+// waitForLockWait returns once a session of the test database waits for a
+// lock (the second writer, on the fence row).
+func waitForLockWait(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no session waited for the fence row within 10 s")
 }
