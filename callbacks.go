@@ -10,7 +10,8 @@ import "context"
 // Ordering: OnElected runs in its own goroutine. OnDemoted for a term runs
 // only after OnElected for that term has returned, never before, and never
 // concurrently with it. OnLeader calls run one at a time, in the order the
-// changes were observed, on a goroutine of their own. A panic in a callback
+// changes were observed (skipping those a slow call missed), on a goroutine
+// of their own. A panic in a callback
 // is recovered, logged, and treated as a resignation (the demotion reason
 // wraps ErrCallbackPanic and ErrResigned).
 //
@@ -33,7 +34,11 @@ type Callbacks struct {
 	// ErrOwnershipLost, or ErrClosed when the Elector was closed (test with
 	// errors.Is).
 	OnDemoted func(term Term, reason error)
-	// OnLeader runs on every observed change of leader, vacancy included.
+	// OnLeader runs when the observed leader changes, vacancy included. The
+	// latest change wins: while one call runs, later changes replace each
+	// other, and the next call gets the newest, so a slow OnLeader skips
+	// intermediate leaders but always ends up with the current one (see
+	// election.Elector.Observe).
 	OnLeader func(leader Leader)
 	// OnHardStop runs when OnElected ignored its cancelled ctx for longer
 	// than Config.StopTimeout. Default: log at Error and exit the process

@@ -65,6 +65,12 @@ type Elector struct {
 	closed       bool
 	wg           sync.WaitGroup // Observe goroutines and closings of lost sessions
 
+	// The vacancy being timed for tenure_failover_seconds, shared by every
+	// Observe of this elector so that each failover is recorded once.
+	failMu      sync.Mutex
+	vacantSince time.Time // zero: no vacancy being timed
+	seenToken   uint64    // the highest leader's token any observer saw
+
 	ctx       context.Context // ends at Close
 	cancelAll context.CancelFunc
 }
@@ -456,22 +462,25 @@ func (e *Elector) Term() (tenure.Term, bool) { return e.currentTerm() }
 
 // Deadline returns the current lease deadline (the local instant at which a
 // leader cut off from the backend demotes itself), or the zero time when
-// there is no session.
+// there is no live session: none opened yet, or the last one ended
+// (expired, lost, closed), even before the elector opens the next.
 func (e *Elector) Deadline() time.Time {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.lease == nil {
+	l := e.lease
+	e.mu.Unlock()
+	if l == nil || l.ctx.Err() != nil || l.sess.Err() != nil {
 		return time.Time{}
 	}
-	return e.lease.Deadline()
+	return l.Deadline()
 }
 
-// Suspended reports whether the session's last renewal failed while its
-// deadline has not passed: the leader still leads, on borrowed time.
+// Suspended reports whether this elector leads while its session's last
+// renewal failed and its deadline has not passed: the leader still leads,
+// on borrowed time. It is false for a candidate that does not lead, whatever
+// the state of its session.
 func (e *Elector) Suspended() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.lease != nil && e.lease.Suspended()
+	ld := e.currentLeadership()
+	return ld != nil && ld.lease.Suspended()
 }
 
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -46,7 +46,10 @@ type Metrics struct {
 type metricsKey struct{ key, backend string }
 
 // NewMetrics creates the metrics and registers them on reg (never on the
-// global registry unless reg is prometheus.DefaultRegisterer).
+// global registry unless reg is prometheus.DefaultRegisterer). A nil reg is
+// an error wrapping tenure.ErrInvalidConfig; so is a reg that already holds
+// tenure's metrics (a second NewMetrics on it): share one *Metrics between
+// Electors instead.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: nil prometheus.Registerer", tenure.ErrInvalidConfig)
@@ -91,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		electors:       map[metricsKey]*Elector{},
 	}
 	if err := reg.Register(m); err != nil {
-		return nil, fmt.Errorf("tenure: register metrics: %w", err)
+		return nil, fmt.Errorf("%w: register metrics: %w", tenure.ErrInvalidConfig, err)
 	}
 	return m, nil
 }

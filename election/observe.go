@@ -14,7 +14,12 @@ import (
 // the channel. The channel holds one value and the latest wins: a slow
 // reader skips intermediate leaders but always ends up seeing the current
 // one. Consecutive duplicates are suppressed. Backend failures are logged
-// and the observation restarts after Config.RetryInterval.
+// (at debug level) and the observation restarts after
+// Config.RetryInterval; meanwhile the channel keeps the last value and
+// nothing tells the reader that it may be stale: read Leader, or the
+// elector's own state (IsLeader), when that matters. Each call observes on
+// its own; with Metrics, a failover seen by several observers of one
+// elector is recorded once. It is safe for concurrent use.
 func (e *Elector) Observe(ctx context.Context) <-chan tenure.Leader {
 	out := make(chan tenure.Leader, 1)
 	e.mu.Lock()
@@ -33,19 +38,16 @@ func (e *Elector) Observe(ctx context.Context) <-chan tenure.Leader {
 		defer stopOnClose()
 		defer cancel()
 		var last tenure.Leader
-		var vacantSince time.Time
 		first := true
 		emit := func(l tenure.Leader) {
 			if !first && sameLeader(l, last) {
 				return
 			}
-			now := e.clock.Now()
 			switch {
 			case l.Vacant && !first && !last.Vacant:
-				vacantSince = now // a leader's loss, as observed
-			case !l.Vacant && !vacantSince.IsZero():
-				e.rec.failover(now.Sub(vacantSince))
-				vacantSince = time.Time{}
+				e.sawVacancy(last.Term.Token) // a leader's loss, as observed
+			case !l.Vacant:
+				e.sawLeader(l.Term.Token)
 			}
 			first, last = false, l
 			select { // latest wins: drop the stale value, if any
@@ -66,6 +68,32 @@ func (e *Elector) Observe(ctx context.Context) <-chan tenure.Leader {
 		}
 	}()
 	return out
+}
+
+// sawVacancy starts timing a vacancy: an observer saw the leader of token
+// lost go. Another observer that saw the same loss, or saw it after a
+// newer leader was seen, changes nothing.
+func (e *Elector) sawVacancy(lost uint64) {
+	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	if e.vacantSince.IsZero() && lost >= e.seenToken {
+		e.vacantSince = e.clock.Now()
+	}
+}
+
+// sawLeader ends the vacancy being timed when an observer sees a leader no
+// observer has seen before, and records it as a failover.
+func (e *Elector) sawLeader(token uint64) {
+	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	if token <= e.seenToken {
+		return // seen already, by this observer or another
+	}
+	e.seenToken = token
+	if !e.vacantSince.IsZero() {
+		e.rec.failover(e.clock.Now().Sub(e.vacantSince))
+		e.vacantSince = time.Time{}
+	}
 }
 
 func sameLeader(a, b tenure.Leader) bool {

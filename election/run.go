@@ -19,7 +19,8 @@ import (
 // has not returned Config.StopTimeout after its context ended), resigns
 // unless the session is already gone, runs cb.OnDemoted with the reason, and
 // campaigns again. OnElected returning on its own is a resignation. If
-// cb.OnLeader is set, Run observes the key and reports every change.
+// cb.OnLeader is set, Run observes the key and reports its changes, the
+// latest winning over those a slow OnLeader has not taken yet (Observe).
 //
 // When ctx ends, Run stops the elected work, resigns, and returns
 // tenure.ErrCanceled joined with ctx.Err(). It returns tenure.ErrClosed after

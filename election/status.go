@@ -29,7 +29,7 @@ type Status struct {
 	// Leader is the key's leader as the backend reports it now (omitted
 	// when it could not be read).
 	Leader *LeaderStatus `json:"leader,omitempty"`
-	// Deadline is the lease deadline (zero without a session).
+	// Deadline is the lease deadline (zero without a live session).
 	Deadline time.Time `json:"deadline,omitzero"`
 	// LeaseRemainingSeconds is the time until Deadline, 0 once passed.
 	LeaseRemainingSeconds float64 `json:"lease_remaining_seconds"`
@@ -127,7 +127,8 @@ func (e *Elector) wedged() string {
 //	          work outlived its term by StopTimeout (restart it)
 //	/leader   200 on the leader, 503 elsewhere (as Patroni's /primary, for
 //	          HAProxy and load balancers)
-//	/status   JSON Status
+//	/status   JSON Status; reading the leader waits up to 5 s for an
+//	          unreachable backend (the other paths read local state only)
 //	/metrics  the metrics g gathers (omitted when g is nil)
 //
 // It is safe for concurrent use.

@@ -749,7 +749,16 @@ func testObserve(t *testing.T, h Harness) {
 	}
 	next("vacancy after resign", func(l tenure.Leader) bool { return l.Vacant })
 	cancel()
-	for range ch { // the channel closes when ctx ends
+	closed := time.After(5 * h.TTL)
+	for { // the channel closes when ctx ends
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-closed:
+			t.Fatalf("Observe's channel still open %v after its ctx ended", 5*h.TTL)
+		}
 	}
 }
 

@@ -1,0 +1,286 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
+)
+
+// newElector returns an elector on its own client of srv, closed when the
+// test ends.
+func newElector(t *testing.T, srv *electiontest.Memory, key, id string, ttl time.Duration, opts ...election.Option) (*election.Elector, *electiontest.Client) {
+	t.Helper()
+	c := srv.Client()
+	e, err := election.New(c, election.Config{Key: key, Identity: id, TTL: ttl}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.Close(ctx)
+	})
+	return e, c
+}
+
+func newMetrics(t *testing.T) (*election.Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := election.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+// failovers returns how many failovers reg's histogram holds.
+func failovers(t *testing.T, reg *prometheus.Registry) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "tenure_failover_seconds" {
+			var n uint64
+			for _, m := range mf.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// observer keeps the latest value of an Observe channel.
+type observer struct {
+	mu   sync.Mutex
+	last tenure.Leader
+	done chan struct{}
+}
+
+func observe(ctx context.Context, e *election.Elector) *observer {
+	o := &observer{done: make(chan struct{})}
+	ch := e.Observe(ctx)
+	go func() {
+		defer close(o.done)
+		for l := range ch {
+			o.mu.Lock()
+			o.last = l
+			o.mu.Unlock()
+		}
+	}()
+	return o
+}
+
+func (o *observer) sees(vacant bool, token uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.last.Vacant == vacant && o.last.Term.Token == token
+}
+
+// TestFailover_RecordedOnceHoweverManyObservers: one failover (a leader
+// resigns, the key stays vacant, another is elected) is one sample of
+// tenure_failover_seconds, whatever the number of observers of the elector
+// that has the metrics. Each Observe recorded its own sample before, so Run
+// with metrics plus one Observe of the program's counted each failover
+// twice.
+func TestFailover_RecordedOnceHoweverManyObservers(t *testing.T) {
+	srv := electiontest.NewMemory()
+	t.Cleanup(srv.Close)
+	key := electiontest.Key(t)
+	m, reg := newMetrics(t)
+	watcher, _ := newElector(t, srv, key, "watcher", time.Second, election.WithMetrics(m))
+	ctx, cancel := context.WithCancel(context.Background())
+	obs := []*observer{observe(ctx, watcher), observe(ctx, watcher), observe(ctx, watcher)}
+	defer func() {
+		cancel()
+		for _, o := range obs {
+			<-o.done
+		}
+	}()
+	all := func(vacant bool, token uint64) func() bool {
+		return func() bool {
+			for _, o := range obs {
+				if !o.sees(vacant, token) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	a, _ := newElector(t, srv, key, "a", time.Second)
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	electiontest.WaitFor(t, 5*time.Second, "every observer to see a", all(false, ta.Token))
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	electiontest.WaitFor(t, 5*time.Second, "every observer to see the vacancy", all(true, 0))
+	tb, err := b.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	electiontest.WaitFor(t, 5*time.Second, "every observer to see b", all(false, tb.Token))
+	if n := failovers(t, reg); n != 1 {
+		t.Fatalf("one failover seen by %d observers: tenure_failover_seconds holds %d samples, want 1", len(obs), n)
+	}
+	// A second failover is counted too.
+	if err := b.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	electiontest.WaitFor(t, 5*time.Second, "every observer to see the second vacancy", all(true, 0))
+	ta, err = a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	electiontest.WaitFor(t, 5*time.Second, "every observer to see a again", all(false, ta.Token))
+	if n := failovers(t, reg); n != 2 {
+		t.Fatalf("two failovers: %d samples, want 2", n)
+	}
+}
+
+// TestSuspended_OnlyForALeader: a candidate that does not lead is never
+// "suspended", whatever its session's renewals; a leader whose renewals
+// fail is. The follower's gauge read 1 before, while /status said
+// "campaigning".
+func TestSuspended_OnlyForALeader(t *testing.T) {
+	srv := electiontest.NewMemory()
+	t.Cleanup(srv.Close)
+	key := electiontest.Key(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ttl = 3 * time.Second // renewals every 1 s, deadline 2.4 s after one
+	lm, lreg := newMetrics(t)
+	leader, lc := newElector(t, srv, key, "leader", ttl, election.WithMetrics(lm))
+	if _, err := leader.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fm, freg := newMetrics(t)
+	follower, fc := newElector(t, srv, key, "follower", ttl, election.WithMetrics(fm))
+	waiting := make(chan error, 1)
+	wctx, stopWaiting := context.WithCancel(ctx)
+	go func() { _, err := follower.Campaign(wctx); waiting <- err }()
+	electiontest.WaitFor(t, 5*time.Second, "the follower to queue", func() bool { return srv.Entries(key) == 2 })
+
+	failures := func(reg *prometheus.Registry) float64 {
+		n, err := testutil.GatherAndCount(reg, "tenure_watchdog_failures_total")
+		if err != nil || n == 0 {
+			return 0
+		}
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "tenure_watchdog_failures_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	gauge := func(reg *prometheus.Registry) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "tenure_suspended" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+
+	fc.Crash() // the follower's renewals fail from now on
+	electiontest.WaitFor(t, 5*time.Second, "a failed renewal of the follower", func() bool { return failures(freg) > 0 })
+	if follower.Deadline().Before(time.Now()) {
+		t.Skip("the follower's deadline passed before the check; the machine is too slow for this test")
+	}
+	if follower.Suspended() || gauge(freg) != 0 {
+		t.Errorf("a follower whose renewal failed: Suspended %v, tenure_suspended %v; want false and 0", follower.Suspended(), gauge(freg))
+	}
+	if st := follower.Status(ctx); st.State != "campaigning" {
+		t.Errorf("follower's state %q, want campaigning", st.State)
+	}
+	stopWaiting()
+	<-waiting
+
+	lc.Crash()
+	electiontest.WaitFor(t, 5*time.Second, "a failed renewal of the leader", func() bool { return failures(lreg) > 0 })
+	if !leader.IsLeader() {
+		t.Skip("the leader's deadline passed before the check; the machine is too slow for this test")
+	}
+	if !leader.Suspended() || gauge(lreg) != 1 {
+		t.Errorf("a leader whose renewal failed: Suspended %v, tenure_suspended %v; want true and 1", leader.Suspended(), gauge(lreg))
+	}
+}
+
+// TestDeadline_ZeroOnceTheSessionEnded: after the server expired the
+// session, Deadline, /status and the lease gauge say there is no lease.
+// They kept the dead session's deadline before, counting down to 0.
+func TestDeadline_ZeroOnceTheSessionEnded(t *testing.T) {
+	srv := electiontest.NewMemory()
+	t.Cleanup(srv.Close)
+	key := electiontest.Key(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, reg := newMetrics(t)
+	a, _ := newElector(t, srv, key, "a", 3*time.Second, election.WithMetrics(m))
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Deadline().IsZero() {
+		t.Fatal("a leader has no deadline")
+	}
+	if !srv.ExpireSession(key, "a") {
+		t.Fatal("no session to expire")
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the term did not end within 5 s of its session's expiry")
+	}
+	if err := a.Err(); !errors.Is(err, tenure.ErrSessionExpired) {
+		t.Fatalf("term ended with %v, want ErrSessionExpired", err)
+	}
+	// The lease notices at its next renewal, within RenewInterval (1 s).
+	electiontest.WaitFor(t, 3*time.Second, "Deadline to be zero", func() bool { return a.Deadline().IsZero() })
+	if st := a.Status(ctx); !st.Deadline.IsZero() || st.LeaseRemainingSeconds != 0 {
+		t.Errorf("Status after the session ended: deadline %v, %v s remaining; want none", st.Deadline, st.LeaseRemainingSeconds)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "tenure_lease_remaining_seconds" {
+			if v := mf.GetMetric()[0].GetGauge().GetValue(); v != 0 {
+				t.Errorf("tenure_lease_remaining_seconds = %v after the session ended, want 0", v)
+			}
+		}
+	}
+}
+
+// TestNewMetrics_TwiceOnOneRegistry is a configuration error, not a panic.
+func TestNewMetrics_TwiceOnOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := election.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := election.NewMetrics(reg); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("second NewMetrics on one registry: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := election.NewMetrics(nil); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("NewMetrics(nil): %v, want ErrInvalidConfig", err)
+	}
+}
