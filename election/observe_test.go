@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
@@ -30,6 +29,37 @@ func newElector(t *testing.T, srv *electiontest.Memory, key, id string, ttl time
 		_ = e.Close(ctx)
 	})
 	return e, c
+}
+
+// setup starts an in-memory server and returns it, a key of the test and
+// a context that ends with the test.
+func setup(t *testing.T) (*electiontest.Memory, string, context.Context) {
+	t.Helper()
+	srv := electiontest.NewMemory()
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return srv, electiontest.Key(t), ctx
+}
+
+// value returns the value of the first series of the gauge or counter name
+// in reg, or -1 when reg has none.
+func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			m := mf.GetMetric()[0]
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return -1
 }
 
 func newMetrics(t *testing.T) (*election.Metrics, *prometheus.Registry) {
@@ -95,12 +125,10 @@ func (o *observer) sees(vacant bool, token uint64) bool {
 // with metrics plus one Observe of the program's counted each failover
 // twice.
 func TestFailover_RecordedOnceHoweverManyObservers(t *testing.T) {
-	srv := electiontest.NewMemory()
-	t.Cleanup(srv.Close)
-	key := electiontest.Key(t)
+	srv, key, octx := setup(t)
 	m, reg := newMetrics(t)
 	watcher, _ := newElector(t, srv, key, "watcher", time.Second, election.WithMetrics(m))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(octx)
 	obs := []*observer{observe(ctx, watcher), observe(ctx, watcher), observe(ctx, watcher)}
 	defer func() {
 		cancel()
@@ -157,11 +185,7 @@ func TestFailover_RecordedOnceHoweverManyObservers(t *testing.T) {
 // fail is. The follower's gauge read 1 before, while /status said
 // "campaigning".
 func TestSuspended_OnlyForALeader(t *testing.T) {
-	srv := electiontest.NewMemory()
-	t.Cleanup(srv.Close)
-	key := electiontest.Key(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	srv, key, ctx := setup(t)
 	const ttl = 3 * time.Second // renewals every 1 s, deadline 2.4 s after one
 	lm, lreg := newMetrics(t)
 	leader, lc := newElector(t, srv, key, "leader", ttl, election.WithMetrics(lm))
@@ -175,31 +199,8 @@ func TestSuspended_OnlyForALeader(t *testing.T) {
 	go func() { _, err := follower.Campaign(wctx); waiting <- err }()
 	electiontest.WaitFor(t, 5*time.Second, "the follower to queue", func() bool { return srv.Entries(key) == 2 })
 
-	failures := func(reg *prometheus.Registry) float64 {
-		n, err := testutil.GatherAndCount(reg, "tenure_watchdog_failures_total")
-		if err != nil || n == 0 {
-			return 0
-		}
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() == "tenure_watchdog_failures_total" {
-				return mf.GetMetric()[0].GetCounter().GetValue()
-			}
-		}
-		return 0
-	}
-	gauge := func(reg *prometheus.Registry) float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "tenure_suspended" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		return -1
-	}
+	failures := func(reg *prometheus.Registry) float64 { return value(t, reg, "tenure_watchdog_failures_total") }
+	gauge := func(reg *prometheus.Registry) float64 { return value(t, reg, "tenure_suspended") }
 
 	fc.Crash() // the follower's renewals fail from now on
 	electiontest.WaitFor(t, 5*time.Second, "a failed renewal of the follower", func() bool { return failures(freg) > 0 })
@@ -229,11 +230,7 @@ func TestSuspended_OnlyForALeader(t *testing.T) {
 // session, Deadline, /status and the lease gauge say there is no lease.
 // They kept the dead session's deadline before, counting down to 0.
 func TestDeadline_ZeroOnceTheSessionEnded(t *testing.T) {
-	srv := electiontest.NewMemory()
-	t.Cleanup(srv.Close)
-	key := electiontest.Key(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	srv, key, ctx := setup(t)
 	m, reg := newMetrics(t)
 	a, _ := newElector(t, srv, key, "a", 3*time.Second, election.WithMetrics(m))
 	if _, err := a.Campaign(ctx); err != nil {
@@ -258,16 +255,8 @@ func TestDeadline_ZeroOnceTheSessionEnded(t *testing.T) {
 	if st := a.Status(ctx); !st.Deadline.IsZero() || st.LeaseRemainingSeconds != 0 {
 		t.Errorf("Status after the session ended: deadline %v, %v s remaining; want none", st.Deadline, st.LeaseRemainingSeconds)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "tenure_lease_remaining_seconds" {
-			if v := mf.GetMetric()[0].GetGauge().GetValue(); v != 0 {
-				t.Errorf("tenure_lease_remaining_seconds = %v after the session ended, want 0", v)
-			}
-		}
+	if v := value(t, reg, "tenure_lease_remaining_seconds"); v != 0 {
+		t.Errorf("tenure_lease_remaining_seconds = %v after the session ended, want 0", v)
 	}
 }
 
