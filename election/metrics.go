@@ -19,7 +19,7 @@ import (
 //	tenure_transitions_total          counter by reason: elected, resigned, lease_expired, session_expired, ownership_lost, closed
 //	tenure_campaign_seconds           histogram: how long a successful campaign waited
 //	tenure_lease_remaining_seconds    gauge: time until the lease deadline (0 without a session)
-//	tenure_suspended                  gauge: 1 while renewals fail and the deadline has not passed
+//	tenure_suspended                  gauge: 1 while this process leads, renewals fail and the deadline has not passed
 //	tenure_session_expirations_total  counter: sessions lost (expired, revoked, or deadline passed)
 //	tenure_failover_seconds           histogram: from the observed loss of a leader to the next leader, as this process's watch saw it
 //	tenure_lock_wait_seconds          histogram: how long Mutex.Lock waited
@@ -90,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		isLeader:       prometheus.NewDesc("tenure_is_leader", "1 while this process leads the key, else 0.", labels, nil),
 		term:           prometheus.NewDesc("tenure_term", "Fencing token of the term this process holds; 0 when it does not lead.", labels, nil),
 		leaseRemaining: prometheus.NewDesc("tenure_lease_remaining_seconds", "Seconds until the lease deadline, after which a leader demotes itself; 0 without a session.", labels, nil),
-		suspended:      prometheus.NewDesc("tenure_suspended", "1 while lease renewals fail and the deadline has not passed yet, else 0.", labels, nil),
+		suspended:      prometheus.NewDesc("tenure_suspended", "1 while this process leads, its lease renewals fail and the deadline has not passed yet, else 0.", labels, nil),
 		electors:       map[metricsKey]*Elector{},
 	}
 	if err := reg.Register(m); err != nil {
