@@ -11,9 +11,11 @@ import "context"
 // only after OnElected for that term has returned, never before, and never
 // concurrently with it. OnLeader calls run one at a time, in the order the
 // changes were observed (skipping those a slow call missed), on a goroutine
-// of their own. A panic in a callback
-// is recovered, logged, and treated as a resignation (the demotion reason
-// wraps ErrCallbackPanic and ErrResigned).
+// of their own. A panic in OnElected is recovered, logged, and treated as a
+// resignation (the demotion reason wraps ErrCallbackPanic and
+// ErrResigned). A panic in OnDemoted, OnLeader or OnHardStop is recovered
+// and logged at Error; it changes nothing else (the term goes on, or has
+// ended already).
 //
 // A Callbacks is a plain value; Run takes a copy. OnElected and OnLeader run
 // on goroutines of their own, OnDemoted and OnHardStop on the goroutine that

@@ -98,16 +98,20 @@ func (c Config) Validate() error {
 	if c.Identity == "" {
 		bad("Identity is empty")
 	}
-	switch {
-	case c.TTL <= 0:
+	if c.TTL <= 0 {
 		bad("TTL %v must be positive", c.TTL)
-	case c.RenewInterval <= 0:
+	}
+	renewOK := false
+	if c.RenewInterval <= 0 {
 		bad("RenewInterval %v must be positive", c.RenewInterval)
-	case c.RenewInterval > (c.TTL-1)/2: // 2·RenewInterval ≥ TTL, without overflow
+	} else if c.TTL > 0 && c.RenewInterval > (c.TTL-1)/2 { // 2·RenewInterval ≥ TTL, without overflow
 		bad("RenewInterval %v must be below TTL/2 (%v)", c.RenewInterval, c.TTL/2)
-	case c.DeadlineMargin <= 0:
+	} else {
+		renewOK = c.TTL > 0
+	}
+	if c.DeadlineMargin <= 0 {
 		bad("DeadlineMargin %v must be positive", c.DeadlineMargin)
-	case c.DeadlineMargin > c.TTL-2*c.RenewInterval: // 2·RenewInterval < TTL here
+	} else if renewOK && c.DeadlineMargin > c.TTL-2*c.RenewInterval { // 2·RenewInterval < TTL here
 		bad("DeadlineMargin %v + 2×RenewInterval %v exceeds TTL %v: one late renewal would demote a healthy leader",
 			c.DeadlineMargin, c.RenewInterval, c.TTL)
 	}

@@ -46,7 +46,8 @@ func WithClock(c Clock) Option {
 
 // Elector campaigns for one key on one backend. Its methods are safe for
 // concurrent use; campaigns are serialized (a second Campaign waits for the
-// first). Close it when done: it owns a session and goroutines.
+// first, or for its own ctx to end). Close it when done: it owns a session
+// and goroutines.
 type Elector struct {
 	b     Backend
 	cfg   Config
@@ -54,8 +55,8 @@ type Elector struct {
 	clock Clock
 	rec   recorder
 
-	campaignMu sync.Mutex // one campaign at a time
-	runMu      sync.Mutex // one Run at a time
+	campaignSem chan struct{} // one campaign at a time (capacity 1)
+	runSem      chan struct{} // one Run at a time (capacity 1)
 
 	mu           sync.Mutex
 	lease        *lease // current session, nil until needed or after loss
@@ -63,6 +64,7 @@ type Elector struct {
 	pending      *Ticket // the entry of the campaign in progress
 	pendingLease *lease
 	closed       bool
+	closeDone    chan struct{}  // closed when the first Close has finished
 	wg           sync.WaitGroup // Observe goroutines and closings of lost sessions
 
 	// The vacancy being timed for tenure_failover_seconds, shared by every
@@ -106,10 +108,13 @@ func New(b Backend, cfg Config, opts ...Option) (*Elector, error) {
 	if err := b.CheckTTL(cfg.TTL); err != nil {
 		return nil, err
 	}
-	e := &Elector{b: b, cfg: cfg, log: zap.NewNop(), clock: realClock{}}
+	e := &Elector{b: b, cfg: cfg, log: zap.NewNop(), clock: realClock{},
+		campaignSem: make(chan struct{}, 1), runSem: make(chan struct{}, 1), closeDone: make(chan struct{})}
 	e.ctx, e.cancelAll = context.WithCancel(context.Background())
 	for _, o := range opts {
-		o(e)
+		if o != nil { // a nil Option changes nothing
+			o(e)
+		}
 	}
 	e.log = e.log.With(zap.String("key", cfg.Key), zap.String("identity", cfg.Identity), zap.String("backend", b.Name()))
 	e.rec.key, e.rec.backend = cfg.Key, b.Name()
@@ -139,7 +144,7 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	old := e.lease
 	e.lease = nil
 	if old != nil {
-		e.stopLeaseLocked(old)
+		e.retireLeaseLocked(old)
 	}
 	e.mu.Unlock()
 	// Close must reach a session being opened too: during an outage the
@@ -179,6 +184,79 @@ func (e *Elector) stopLeaseLocked(l *lease) {
 		defer e.wg.Done()
 		l.stop()
 	}()
+}
+
+// retireLeaseLocked stops l, which can no longer be trusted, once no
+// elected work holds it: closing its session releases its entries, which
+// must not happen while Run's work of a term of l still runs (see
+// lease.hold). e.mu must be held.
+func (e *Elector) retireLeaseLocked(l *lease) {
+	if e.lease == l {
+		e.lease = nil
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		<-l.idleCh()
+		l.stop()
+	}()
+}
+
+// acquire takes sem, one of the elector's one-at-a-time slots, waiting
+// until ctx ends or the elector closes; with wait false it does not wait,
+// and returns busy when the slot is taken.
+func (e *Elector) acquire(ctx context.Context, sem chan struct{}, wait bool, busy error) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	default:
+	}
+	if !wait {
+		return busy
+	}
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return errors.Join(tenure.ErrCanceled, ctx.Err())
+	case <-e.ctx.Done():
+		return tenure.ErrClosed
+	}
+}
+
+// awaitStoppingWork waits, when this elector's latest term was Run's and
+// has ended while its elected work still runs, until that work has
+// returned: until then its entry must stay (Run releases it after the
+// work). A campaign that did not wait would find that same entry (one per
+// session and key) and replace it. With wait false it does not wait, and
+// returns busy while the work runs.
+func (e *Elector) awaitStoppingWork(ctx context.Context, wait bool, busy error) error {
+	e.mu.Lock()
+	ld := e.lead
+	var work chan struct{}
+	if ld != nil {
+		work = ld.work
+	}
+	e.mu.Unlock()
+	if work == nil || ld.ctx.Err() == nil {
+		return nil // no Run term, or a live one (the campaign returns it)
+	}
+	select {
+	case <-work:
+		return nil
+	default:
+	}
+	if !wait {
+		return busy
+	}
+	select {
+	case <-work:
+		return nil
+	case <-ctx.Done():
+		return errors.Join(tenure.ErrCanceled, ctx.Err())
+	case <-e.ctx.Done():
+		return tenure.ErrClosed
+	}
 }
 
 // giveUp abandons l after an entry could not be deleted: its renewals stop
@@ -221,7 +299,9 @@ func (e *Elector) Campaign(ctx context.Context) (tenure.Term, error) {
 
 // TryCampaign is Campaign that does not wait: when another candidate holds
 // or is queued before this one, it removes its entry and returns
-// tenure.ErrLocked.
+// tenure.ErrLocked. It returns tenure.ErrLocked at once, too, while another
+// campaign of this elector is in progress or while the elected work of its
+// ended term (Run's) is still stopping.
 func (e *Elector) TryCampaign(ctx context.Context) (tenure.Term, error) {
 	ld, err := e.campaign(ctx, false, false)
 	if err != nil {
@@ -233,10 +313,17 @@ func (e *Elector) TryCampaign(ctx context.Context) (tenure.Term, error) {
 // campaign runs one campaign; wait=false refuses a held key; managed marks
 // the term as Run's, whose work holds the lease until it returns.
 func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership, error) {
-	e.campaignMu.Lock()
-	defer e.campaignMu.Unlock()
 	if ctx.Err() != nil {
 		return nil, errors.Join(tenure.ErrCanceled, ctx.Err())
+	}
+	busy := fmt.Errorf("%w: another campaign of this elector is in progress on %q", tenure.ErrLocked, e.cfg.Key)
+	if err := e.acquire(ctx, e.campaignSem, wait, busy); err != nil {
+		return nil, err
+	}
+	defer func() { <-e.campaignSem }()
+	stopping := fmt.Errorf("%w: this elector's last term on %q is still stopping its elected work", tenure.ErrLocked, e.cfg.Key)
+	if err := e.awaitStoppingWork(ctx, wait, stopping); err != nil {
+		return nil, err
 	}
 	if ld := e.currentLeadership(); ld != nil {
 		e.mu.Lock()
@@ -270,8 +357,8 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 		return nil, e.campaignErr(ctx, l, err)
 	}
 	log := e.log.With(zap.Uint64("token", t.Token))
-	e.setPending(&t, l)
-	defer e.setPending(nil, nil)
+	e.setPending(t, l)
+	defer e.clearPending()
 	if !wait {
 		n, err := l.sess.Ahead(waitCtx, t)
 		if err == nil && n > 0 {
@@ -340,9 +427,17 @@ func (e *Elector) campaignErr(ctx context.Context, l *lease, err error) error {
 	return e.ctxErr(ctx, err)
 }
 
-func (e *Elector) setPending(t *Ticket, l *lease) {
+// setPending records the campaign in progress for Position: a copy of its
+// ticket, which the campaign goes on changing.
+func (e *Elector) setPending(t Ticket, l *lease) {
 	e.mu.Lock()
-	e.pending, e.pendingLease = t, l
+	e.pending, e.pendingLease = &t, l
+	e.mu.Unlock()
+}
+
+func (e *Elector) clearPending() {
+	e.mu.Lock()
+	e.pending, e.pendingLease = nil, nil
 	e.mu.Unlock()
 }
 
@@ -532,6 +627,12 @@ func (e *Elector) release(ctx context.Context, cause error) error {
 	if ld == nil {
 		return nil
 	}
+	return e.releaseTerm(ctx, ld, cause)
+}
+
+// releaseTerm ends term ld with cause, waits for its work, and deletes its
+// entry.
+func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) error {
 	ld.cancel(cause)
 	// The loss watcher stops on its own; the delete need not wait for it
 	// (it sees the context's cause, not the delete), but release does.
@@ -580,17 +681,25 @@ func (e *Elector) Leader(ctx context.Context) (tenure.Leader, error) {
 // session on a context bounded by Config.CleanupTimeout (releasing its
 // entries), stops Observe goroutines and waits for everything it started
 // to exit. The elector cannot be used afterwards. Close is idempotent; it
-// returns the delete's error, if any, and the session ends regardless. Do
+// returns the delete's error, if any, and the session ends regardless. A
+// later or concurrent Close waits until the first has finished (or its own
+// ctx ends: tenure.ErrCanceled joined with ctx.Err()) and returns nil. Do
 // not call Close from inside OnElected: it waits for OnElected.
 func (e *Elector) Close(ctx context.Context) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return nil
+		select {
+		case <-e.closeDone:
+			return nil
+		case <-ctx.Done():
+			return errors.Join(tenure.ErrCanceled, ctx.Err())
+		}
 	}
 	e.closed = true
 	e.cancelAll()
 	e.mu.Unlock()
+	defer close(e.closeDone)
 	err := e.release(ctx, tenure.ErrClosed)
 	e.mu.Lock()
 	if e.lease != nil {

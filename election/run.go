@@ -28,11 +28,13 @@ import (
 // configuration; transient failures are logged and retried every
 // Config.RetryInterval. Run returns only after every goroutine it started
 // has exited. A second Run on the same Elector waits for the first to
-// return. Close (or Resign) from another goroutine ends the term like a loss
+// return (or for its own ctx to end, or Close). Close (or Resign) from another goroutine ends the term like a loss
 // would: Run waits for OnElected before the entry is released.
 func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
-	e.runMu.Lock()
-	defer e.runMu.Unlock()
+	if err := e.acquire(ctx, e.runSem, true, nil); err != nil {
+		return err
+	}
+	defer func() { <-e.runSem }()
 	if cb.OnLeader != nil || e.rec.m != nil { // the observer also measures failovers
 		obsCtx, stopObs := context.WithCancel(ctx)
 		leaders := e.Observe(obsCtx)
@@ -111,7 +113,7 @@ func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks
 	}
 	if errors.Is(reason, tenure.ErrResigned) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CleanupTimeout)
-		if err := e.Resign(rctx); err != nil {
+		if err := e.releaseTerm(rctx, ld, tenure.ErrResigned); err != nil { // this term's, whatever e.lead is now
 			e.log.Warn("resign failed; the entry goes when the session expires", zap.Error(err))
 		}
 		cancel()
@@ -155,7 +157,11 @@ func (e *Elector) safely(name string, f func()) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %s: %v", tenure.ErrCallbackPanic, name, r)
-			e.log.Error("callback panicked; treated as a resignation", zap.String("callback", name), zap.Any("panic", r))
+			msg := "callback panicked; recovered"
+			if name == "OnElected" {
+				msg = "callback panicked; treated as a resignation"
+			}
+			e.log.Error(msg, zap.String("callback", name), zap.Any("panic", r))
 		}
 	}()
 	f()

@@ -1,0 +1,308 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
+)
+
+// within runs f and fails t when it has not returned within d; it returns
+// f's error.
+func within(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s: still blocked after %v", what, d)
+		return nil
+	}
+}
+
+// TestCampaign_SecondCallHonoursItsContext: while one campaign of an
+// elector waits in the queue, a second Campaign or Run on it gives up when
+// its own ctx ends, and TryCampaign does not wait at all. All three waited
+// for the first campaign before, however long it waited.
+func TestCampaign_SecondCallHonoursItsContext(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", time.Second)
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, stopFirst := context.WithCancel(ctx)
+	firstDone := make(chan error, 1)
+	go func() { _, err := b.Campaign(first); firstDone <- err }()
+	electiontest.WaitFor(t, 5*time.Second, "b's first campaign to queue", func() bool { return srv.Entries(key) == 2 })
+
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		t.Cleanup(cancel)
+		return c
+	}
+	err := within(t, 5*time.Second, "a second Campaign with a 100 ms ctx", func() error { _, err := b.Campaign(short()); return err })
+	if !errors.Is(err, tenure.ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second Campaign: %v, want ErrCanceled joined with the deadline", err)
+	}
+	err = within(t, 5*time.Second, "Run with a 100 ms ctx", func() error { return b.Run(short(), tenure.Callbacks{}) })
+	if !errors.Is(err, tenure.ErrCanceled) {
+		t.Errorf("Run: %v, want ErrCanceled", err)
+	}
+	begun := time.Now()
+	err = within(t, 5*time.Second, "TryCampaign", func() error { _, err := b.TryCampaign(ctx); return err })
+	if !errors.Is(err, tenure.ErrLocked) || time.Since(begun) > time.Second {
+		t.Errorf("TryCampaign during a campaign: %v after %v, want ErrLocked at once", err, time.Since(begun))
+	}
+	stopFirst()
+	if err := <-firstDone; !errors.Is(err, tenure.ErrCanceled) {
+		t.Fatalf("first campaign: %v", err)
+	}
+	electiontest.WaitFor(t, 5*time.Second, "b's entry to go", func() bool { return srv.Entries(key) == 1 })
+}
+
+// TestRun_CampaignWhileTheWorkStopsKeepsTheTerm: a Campaign (or
+// TryCampaign) on the elector while Run's term ends and its elected work is
+// still stopping must neither delete that term's entry (electing the next
+// candidate during the work) nor let Run's resignation end the new term.
+// Before, the campaign found the term's entry, replaced it, and Run then
+// resigned the new term.
+func TestRun_CampaignWhileTheWorkStopsKeepsTheTerm(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", time.Second) // StopTimeout 100 ms
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	var working atomic.Bool
+	elected := make(chan tenure.Term, 1)
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(runCtx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, term tenure.Term) {
+				working.Store(true)
+				elected <- term
+				<-ctx.Done()
+				time.Sleep(60 * time.Millisecond) // stops within StopTimeout
+				working.Store(false)
+			},
+		})
+	}()
+	t1 := <-elected
+	var bWhileWorking atomic.Bool
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := b.Campaign(ctx)
+		if err == nil {
+			bWhileWorking.Store(working.Load())
+			err = b.Resign(ctx) // and a's new campaign behind it leads
+		}
+		bDone <- err
+	}()
+	electiontest.WaitFor(t, 5*time.Second, "b to queue", func() bool { return srv.Entries(key) == 2 })
+
+	stopRun() // Run stops the work, then resigns term 1
+	electiontest.WaitFor(t, 5*time.Second, "a's term to end", func() bool { return !a.IsLeader() })
+	if _, err := a.TryCampaign(ctx); !errors.Is(err, tenure.ErrLocked) {
+		t.Errorf("TryCampaign while the work stops: %v, want ErrLocked", err)
+	}
+	t2, err := a.Campaign(ctx) // waits for the work, then queues behind b
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	if bWhileWorking.Load() {
+		t.Error("b was elected while a's elected work was still running")
+	}
+	if err := <-runDone; !errors.Is(err, tenure.ErrCanceled) {
+		t.Errorf("Run: %v", err)
+	}
+	if t2.Token <= t1.Token {
+		t.Errorf("a's new term %d, not above its old %d", t2.Token, t1.Token)
+	}
+	if !a.IsLeader() || a.Err() != nil {
+		t.Errorf("a's new term %d after Run returned: leads %v, Err %v; Run's resignation must not touch it", t2.Token, a.IsLeader(), a.Err())
+	}
+}
+
+// TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease: a leader cut off past
+// its deadline whose work ignores its context keeps its session (and so its
+// entry) until the work returns, even when the link comes back and a
+// campaign on the elector runs meanwhile. Before, that campaign closed the
+// session and the next candidate led while the work still ran.
+func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
+	srv, key, ctx := setup(t)
+	cfg := election.Config{Key: key, Identity: "a", TTL: 3 * time.Second, RenewInterval: time.Second, DeadlineMargin: 900 * time.Millisecond}
+	ac := srv.Client()
+	a, err := election.New(ac, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	b, _ := newElector(t, srv, key, "b", 3*time.Second)
+	var working atomic.Bool
+	elected := make(chan struct{})
+	release := make(chan struct{})
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(runCtx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) {
+				working.Store(true)
+				close(elected)
+				<-ctx.Done()
+				<-release // ignores its cancelled context
+				working.Store(false)
+			},
+			OnHardStop: func(tenure.Term) {}, // and the hard stop does not end it
+		})
+	}()
+	<-elected
+	heal := ac.CutOff()
+	var bWhileWorking atomic.Bool
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := b.Campaign(ctx)
+		if err == nil && working.Load() {
+			bWhileWorking.Store(true)
+		}
+		bDone <- err
+	}()
+	electiontest.WaitFor(t, 10*time.Second, "a's deadline to pass", func() bool { return !a.IsLeader() })
+	heal()
+	if _, err := a.TryCampaign(ctx); !errors.Is(err, tenure.ErrLocked) {
+		t.Errorf("TryCampaign while the work runs: %v, want ErrLocked", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = a.Campaign(cctx)
+	cancel()
+	if !errors.Is(err, tenure.ErrCanceled) {
+		t.Errorf("Campaign while the work runs: %v, want ErrCanceled after its 200 ms", err)
+	}
+	// The server would expire a's session one margin after the deadline;
+	// wait past that, with the session renewed again since the heal.
+	time.Sleep(2 * time.Second)
+	if srv.Entries(key) != 2 {
+		t.Errorf("%d entries while a's work still runs, want a's and b's", srv.Entries(key))
+	}
+	close(release)
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	if bWhileWorking.Load() {
+		t.Error("b was elected while a's elected work was still running")
+	}
+	stopRun()
+	<-runDone
+}
+
+// TestClose_ConcurrentCloseWaitsForTheFirst: a second Close returns only
+// once the first has finished (work returned, entry gone). It returned nil
+// at once before.
+func TestClose_ConcurrentCloseWaitsForTheFirst(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", time.Second)
+	var working atomic.Bool
+	elected := make(chan struct{})
+	release := make(chan struct{})
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(ctx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) {
+				working.Store(true)
+				close(elected)
+				<-ctx.Done()
+				<-release
+				working.Store(false)
+			},
+			OnHardStop: func(tenure.Term) {},
+		})
+	}()
+	<-elected
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = a.Close(ctx) })
+	electiontest.WaitFor(t, 5*time.Second, "the first Close to start", func() bool {
+		st := a.Status(ctx)
+		return st.State == "closed"
+	})
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := a.Close(short); !errors.Is(err, tenure.ErrCanceled) {
+		t.Errorf("second Close while the first waits for the work: %v, want ErrCanceled after its ctx", err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- a.Close(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	if err := <-second; err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if working.Load() || srv.Entries(key) != 0 {
+		t.Errorf("second Close returned with the work running %v, %d entries left", working.Load(), srv.Entries(key))
+	}
+	wg.Wait()
+	<-runDone
+}
+
+// TestPosition_DuringCampaigns: Position reads the campaign's ticket while
+// the campaign updates it (a data race under -race before).
+func TestPosition_DuringCampaigns(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", time.Second)
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = b.Position(ctx)
+		}
+	})
+	for range 20 {
+		if _, err := a.Campaign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		bDone := make(chan error, 1)
+		go func() { _, err := b.Campaign(ctx); bDone <- err }()
+		if err := a.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-bDone; err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// TestNew_BadOptionsAndEveryProblem: a nil Option is ignored (it panicked
+// before), and Validate reports each bad duration, not the first only.
+func TestNew_BadOptionsAndEveryProblem(t *testing.T) {
+	srv, key, _ := setup(t)
+	e, err := election.New(srv.Client(), election.Config{Key: key, TTL: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Close(context.Background())
+	err = election.Config{Key: key, Identity: "a", TTL: time.Second, RenewInterval: -1, DeadlineMargin: -1, StopTimeout: 1, RetryInterval: 1, CleanupTimeout: 1}.Validate()
+	if !errors.Is(err, tenure.ErrInvalidConfig) || !strings.Contains(err.Error(), "RenewInterval") || !strings.Contains(err.Error(), "DeadlineMargin") {
+		t.Errorf("Validate with two bad durations: %v, want both named", err)
+	}
+}
