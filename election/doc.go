@@ -2,8 +2,8 @@
 // campaigns for a key, holds its term, demotes itself when it can no longer
 // be sure it leads, and runs the program's callbacks in order; and the
 // Mutex, a fair lock on the same machinery. Backends (etcdelect, zkelect,
-// redislock, and the in-memory electiontest.Memory) implement the small
-// Backend interface; this package imports none of them.
+// redislock, and the in-memory electiontest.Memory's Client) implement the
+// small Backend interface; this package imports none of them.
 //
 // # Guarantees
 //
@@ -11,8 +11,9 @@
 //     linearizable: the leader is the oldest live entry of the key's queue,
 //     and ownership of that entry is re-read after every wait, before
 //     Campaign returns.
-//   - Terms only grow. Every term's Token is larger than every earlier
-//     leader's, so a resource that refuses tokens lower than the highest it
+//   - Terms only grow, on a linearizable backend (etcd, ZooKeeper; not
+//     Redis, whose terms are advisory: see tenure.Term.Advisory). Every
+//     term's Token is larger than every earlier leader's, so a resource that refuses tokens lower than the highest it
 //     has seen cannot be written by a stale leader.
 //   - The leader demotes itself before the server can elect another. Every
 //     renewal the server acknowledges moves the lease deadline to send time

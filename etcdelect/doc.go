@@ -22,7 +22,8 @@
 //     RenewInterval, and reports the send time of each acknowledged request,
 //     which is what the elector's lease deadline needs.
 //   - A waiter watches only its predecessor, and creates that watch from
-//     the current revision, then re-reads the predecessor. A watch that
+//     the current revision, then re-reads the predecessor if anything was
+//     written since it read the queue. A watch that
 //     starts at a past revision is "unsynced" in etcd's watchable store and
 //     is served by a loop that runs every 100 ms, which is where raw
 //     concurrency.Election's ~100 ms handoffs come from.

@@ -121,8 +121,8 @@ var scenarios = []scenario{
 		// The leader demotes at its deadline, at most TTL − DeadlineMargin
 		// after it sent its last acknowledged renewal, and closes its
 		// session DeadlineMargin later; the close crosses the slow link
-		// (etcd: one revoke, d; ZooKeeper: a read of the node's version and
-		// a delete, 3·d). Or the leader keeps its term.
+		// (etcd: one revoke, d; ZooKeeper: a version-guarded delete and
+		// the session's close, within 3·d). Or the leader keeps its term.
 		bound: func(r *run, d time.Duration) time.Duration { return r.ttl + 3*d + r.srv.ExpiryGranularity() },
 	},
 	{

@@ -3,7 +3,11 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestParseRoundsMedian: figures of a sub-benchmark that ran in rounds are
 // the median of the rounds, a note every round repeats is kept once, a
