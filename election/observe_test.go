@@ -273,3 +273,57 @@ func TestNewMetrics_TwiceOnOneRegistry(t *testing.T) {
 		t.Fatalf("NewMetrics(nil): %v, want ErrInvalidConfig", err)
 	}
 }
+
+// fakeClock is a Clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// TestDeadline_IsSendTimePlusTTLMinusMargin: the lease deadline is the send
+// time of the last acknowledged renewal + TTL − DeadlineMargin, on the
+// elector's clock; the leader leads until that instant and not after.
+func TestDeadline_IsSendTimePlusTTLMinusMargin(t *testing.T) {
+	srv, key, ctx := setup(t)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: t0}
+	const ttl, renew, margin = 3 * time.Second, 200 * time.Millisecond, 500 * time.Millisecond
+	c := srv.Client()
+	a, err := election.New(c, election.Config{Key: key, Identity: "a", TTL: ttl, RenewInterval: renew, DeadlineMargin: margin}, election.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := a.Deadline(), t0.Add(ttl-margin); !got.Equal(want) {
+		t.Fatalf("deadline after a session opened at t0: t0%+v, want t0%+v", got.Sub(t0), want.Sub(t0))
+	}
+	// A renewal sent at t1 moves it to t1 + TTL − margin.
+	t1 := t0.Add(700 * time.Millisecond)
+	clock.set(t1)
+	electiontest.WaitFor(t, 5*time.Second, "a renewal sent at t1", func() bool { return a.Deadline().Equal(t1.Add(ttl - margin)) })
+	// The session keeps renewing with send time t1: the leader leads until
+	// the deadline, and not at it.
+	clock.set(t1.Add(ttl - margin - time.Nanosecond))
+	if !a.IsLeader() {
+		t.Fatal("not leader 1 ns before the deadline")
+	}
+	clock.set(t1.Add(ttl - margin))
+	if a.IsLeader() {
+		t.Fatal("still leader at the deadline")
+	}
+}

@@ -584,6 +584,11 @@ func testCutOffDemotesFirst(t *testing.T, h Harness) {
 	if !stoppedA.Before(electedB) {
 		t.Fatalf("b was elected %v before the cut-off leader a stopped", stoppedA.Sub(electedB))
 	}
+	// The deadline falls at least DeadlineMargin before the server's
+	// expiry; half of it, for the scheduling of two goroutines.
+	if gap, margin := electedB.Sub(stoppedA), a.Config().DeadlineMargin; gap < margin/2 {
+		t.Errorf("a stopped only %v before b was elected; the deadline should fall DeadlineMargin (%v) before the server's expiry", gap, margin)
+	}
 	heal()
 	cancel()
 	for _, d := range []chan error{doneA, doneB} {
