@@ -67,11 +67,12 @@ type Elector struct {
 	closeDone    chan struct{}  // closed when the first Close has finished
 	wg           sync.WaitGroup // Observe goroutines and closings of lost sessions
 
-	// The vacancy being timed for tenure_failover_seconds, shared by every
-	// Observe of this elector so that each failover is recorded once.
-	failMu      sync.Mutex
-	vacantSince time.Time // zero: no vacancy being timed
-	seenToken   uint64    // the highest leader's token any observer saw
+	// The leaders whose arrival after a vacancy was recorded in
+	// tenure_failover_seconds lately, so that each failover is recorded
+	// once however many Observes of this elector saw it.
+	failMu       sync.Mutex
+	recorded     [16]leaderID
+	nextRecorded int
 
 	ctx       context.Context // ends at Close
 	cancelAll context.CancelFunc
@@ -224,33 +225,27 @@ func (e *Elector) acquire(ctx context.Context, sem chan struct{}, wait bool, bus
 	}
 }
 
-// awaitStoppingWork waits, when this elector's latest term was Run's and
-// has ended while its elected work still runs, until that work has
-// returned: until then its entry must stay (Run releases it after the
-// work). A campaign that did not wait would find that same entry (one per
-// session and key) and replace it. With wait false it does not wait, and
-// returns busy while the work runs.
-func (e *Elector) awaitStoppingWork(ctx context.Context, wait bool, busy error) error {
+// unfinishedWork returns the done channel of Run's elected work of this
+// elector's latest term while that work has not returned, whether or not
+// the term has ended; nil otherwise.
+func (e *Elector) unfinishedWork() chan struct{} {
 	e.mu.Lock()
-	ld := e.lead
-	var work chan struct{}
-	if ld != nil {
-		work = ld.work
-	}
-	e.mu.Unlock()
-	if work == nil || ld.ctx.Err() == nil {
-		return nil // no Run term, or a live one (the campaign returns it)
+	defer e.mu.Unlock()
+	if e.lead == nil || e.lead.work == nil {
+		return nil
 	}
 	select {
-	case <-work:
+	case <-e.lead.work:
 		return nil
 	default:
+		return e.lead.work
 	}
-	if !wait {
-		return busy
-	}
+}
+
+// waitClosed waits until ch is closed, ctx ends or the elector closes.
+func (e *Elector) waitClosed(ctx context.Context, ch <-chan struct{}) error {
 	select {
-	case <-work:
+	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return errors.Join(tenure.ErrCanceled, ctx.Err())
@@ -288,7 +283,9 @@ func (e *Elector) ctxErr(ctx context.Context, err error) error {
 // entry, on a fresh context bounded by Config.CleanupTimeout.
 //
 // After Campaign returns, Done is closed and Err is set when the term is
-// lost.
+// lost. While Run's elected work of an ended term is still stopping,
+// Campaign waits for it (its entry stays until then): do not call
+// Campaign from inside OnElected after OnElected's ctx has ended.
 func (e *Elector) Campaign(ctx context.Context) (tenure.Term, error) {
 	ld, err := e.campaign(ctx, true, false)
 	if err != nil {
@@ -321,18 +318,26 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 		return nil, err
 	}
 	defer func() { <-e.campaignSem }()
-	stopping := fmt.Errorf("%w: this elector's last term on %q is still stopping its elected work", tenure.ErrLocked, e.cfg.Key)
-	if err := e.awaitStoppingWork(ctx, wait, stopping); err != nil {
-		return nil, err
-	}
-	if ld := e.currentLeadership(); ld != nil {
-		e.mu.Lock()
-		if managed && ld.work == nil { // Run takes over a term Campaign won
-			ld.work = make(chan struct{})
-			ld.lease.hold()
+	// A live term is returned. An ended term of Run's whose elected work
+	// still runs keeps its entry until the work has returned (Run releases
+	// it then): a campaign that went on would find that same entry (one per
+	// session and key) and replace it, and the next candidate would lead
+	// during the work. So wait for the work, then look again (a late
+	// renewal can make the term live again).
+	for {
+		if ld, ok := e.takeLive(managed); ok {
+			return ld, nil
 		}
-		e.mu.Unlock()
-		return ld, nil
+		work := e.unfinishedWork()
+		if work == nil {
+			break
+		}
+		if !wait {
+			return nil, fmt.Errorf("%w: this elector's last term on %q is still stopping its elected work", tenure.ErrLocked, e.cfg.Key)
+		}
+		if err := e.waitClosed(ctx, work); err != nil {
+			return nil, err
+		}
 	}
 	start := e.clock.Now()
 	l, err := e.currentLease(ctx)
@@ -348,7 +353,10 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	t, err := l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
 	if err == nil && t.Token != 0 && t.Token <= e.lastToken() {
 		// An entry an earlier term of this session left behind (its
-		// resignation failed): a new term must get a new, larger token.
+		// resignation failed, or the term has just ended): a new term must
+		// get a new, larger token. That term's context ends before its
+		// entry goes, as at a resignation.
+		e.endTermOf(t)
 		if err = l.sess.Dequeue(waitCtx, t); err == nil {
 			t, err = l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
 		}
@@ -523,6 +531,38 @@ func (e *Elector) lastToken() uint64 {
 		return 0
 	}
 	return e.lead.term.Token
+}
+
+// takeLive returns the live term this elector holds, if any; managed (Run)
+// takes over a term Campaign won, making the lease wait for Run's work.
+// The check and the take-over happen under e.mu, so that a Resign that
+// cancels the term either comes first (no take-over: Run campaigns anew)
+// or finds the work to wait for.
+func (e *Elector) takeLive(managed bool) (*leadership, bool) {
+	ld := e.currentLeadership()
+	if ld == nil {
+		return nil, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ld.ctx.Err() != nil || e.lead != ld {
+		return nil, false
+	}
+	if managed && ld.work == nil {
+		ld.work = make(chan struct{})
+		ld.lease.hold()
+	}
+	return ld, true
+}
+
+// endTermOf ends the latest term if t is its entry (see campaign).
+func (e *Elector) endTermOf(t Ticket) {
+	e.mu.Lock()
+	ld := e.lead
+	e.mu.Unlock()
+	if ld != nil && ld.ticket.Token == t.Token {
+		ld.cancel(fmt.Errorf("%w: a new campaign of this elector replaced the term's entry", tenure.ErrResigned))
+	}
 }
 
 // currentLeadership returns the term this elector holds, or nil.

@@ -306,3 +306,70 @@ func TestNew_BadOptionsAndEveryProblem(t *testing.T) {
 		t.Errorf("Validate with two bad durations: %v, want both named", err)
 	}
 }
+
+// TestRun_CampaignsRacingAResignNeverCutTheWorkShort: Campaigns of the
+// leader's own elector, looping while another goroutine resigns Run's
+// term, never delete that term's entry while its elected work stops. A
+// check of "is the work still stopping" made before the term ended let a
+// campaign through after it ended (b led during a's work, after 16-74
+// iterations).
+func TestRun_CampaignsRacingAResignNeverCutTheWorkShort(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", 2*time.Second) // StopTimeout 200 ms
+	b, _ := newElector(t, srv, key, "b", 2*time.Second)
+	var working atomic.Uint64
+	elected := make(chan tenure.Term)
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(runCtx, tenure.Callbacks{OnElected: func(wctx context.Context, term tenure.Term) {
+			working.Store(term.Token)
+			select {
+			case elected <- term:
+			case <-wctx.Done():
+			}
+			<-wctx.Done()
+			time.Sleep(20 * time.Millisecond) // stopping, within StopTimeout
+			working.Store(0)
+		}})
+	}()
+	for i := range 60 {
+		term := <-elected
+		overlap := make(chan uint64, 1)
+		go func() {
+			_, err := b.Campaign(ctx)
+			var w uint64
+			if err == nil {
+				w = working.Load()
+				_ = b.Resign(ctx)
+			}
+			overlap <- w
+		}()
+		electiontest.WaitFor(t, 5*time.Second, "b to queue", func() bool { return srv.Entries(key) == 2 })
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					c, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+					_, _ = a.Campaign(c)
+					cancel()
+				}
+			})
+		}
+		time.Sleep(time.Millisecond)
+		_ = a.Resign(ctx)
+		close(stop)
+		wg.Wait()
+		if w := <-overlap; w != 0 {
+			t.Fatalf("iteration %d: b led while a's elected work of term %d (ended: %d) still ran", i, w, term.Token)
+		}
+	}
+	stopRun()
+	<-runDone
+}

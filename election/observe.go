@@ -38,16 +38,19 @@ func (e *Elector) Observe(ctx context.Context) <-chan tenure.Leader {
 		defer stopOnClose()
 		defer cancel()
 		var last tenure.Leader
+		var vacantSince time.Time
 		first := true
 		emit := func(l tenure.Leader) {
 			if !first && sameLeader(l, last) {
 				return
 			}
+			now := e.clock.Now()
 			switch {
 			case l.Vacant && !first && !last.Vacant:
-				e.sawVacancy(last.Term.Token) // a leader's loss, as observed
-			case !l.Vacant:
-				e.sawLeader(l.Term.Token)
+				vacantSince = now // a leader's loss, as observed
+			case !l.Vacant && !vacantSince.IsZero():
+				e.failoverEnded(l, now.Sub(vacantSince))
+				vacantSince = time.Time{}
 			}
 			first, last = false, l
 			select { // latest wins: drop the stale value, if any
@@ -70,30 +73,27 @@ func (e *Elector) Observe(ctx context.Context) <-chan tenure.Leader {
 	return out
 }
 
-// sawVacancy starts timing a vacancy: an observer saw the leader of token
-// lost go. Another observer that saw the same loss, or saw it after a
-// newer leader was seen, changes nothing.
-func (e *Elector) sawVacancy(lost uint64) {
+// failoverEnded records a vacancy that an observer saw end with leader l,
+// unless another observer of this elector has recorded the same leader's
+// arrival already.
+func (e *Elector) failoverEnded(l tenure.Leader, vacant time.Duration) {
+	id := leaderID{l.Term.Token, l.Term.Identity}
 	e.failMu.Lock()
 	defer e.failMu.Unlock()
-	if e.vacantSince.IsZero() && lost >= e.seenToken {
-		e.vacantSince = e.clock.Now()
+	for _, r := range e.recorded {
+		if r == id {
+			return
+		}
 	}
+	e.recorded[e.nextRecorded] = id
+	e.nextRecorded = (e.nextRecorded + 1) % len(e.recorded)
+	e.rec.failover(vacant)
 }
 
-// sawLeader ends the vacancy being timed when an observer sees a leader no
-// observer has seen before, and records it as a failover.
-func (e *Elector) sawLeader(token uint64) {
-	e.failMu.Lock()
-	defer e.failMu.Unlock()
-	if token <= e.seenToken {
-		return // seen already, by this observer or another
-	}
-	e.seenToken = token
-	if !e.vacantSince.IsZero() {
-		e.rec.failover(e.clock.Now().Sub(e.vacantSince))
-		e.vacantSince = time.Time{}
-	}
+// leaderID names one leader's term: a token alone can repeat on Redis.
+type leaderID struct {
+	token    uint64
+	identity string
 }
 
 func sameLeader(a, b tenure.Leader) bool {

@@ -327,3 +327,89 @@ func TestDeadline_IsSendTimePlusTTLMinusMargin(t *testing.T) {
 		t.Fatal("still leader at the deadline")
 	}
 }
+
+// fedBackend is a memory client whose Observe reports what the test sends.
+type fedBackend struct {
+	*electiontest.Client
+	leaders chan tenure.Leader
+}
+
+func (f fedBackend) Observe(ctx context.Context, key string, emit func(tenure.Leader)) error {
+	for {
+		select {
+		case l := <-f.leaders:
+			l.Key = key
+			emit(l)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func leaderOf(token uint64, id string) tenure.Leader {
+	return tenure.Leader{Term: tenure.Term{Token: token, Identity: id, Backend: "test"}}
+}
+
+// feed sends ls to the observation and waits until the observer's channel
+// shows the last of them.
+func feed(t *testing.T, f fedBackend, o *observer, ls ...tenure.Leader) {
+	t.Helper()
+	for _, l := range ls {
+		f.leaders <- l
+	}
+	last := ls[len(ls)-1]
+	electiontest.WaitFor(t, 5*time.Second, "the observer to catch up", func() bool { return o.sees(last.Vacant, last.Term.Token) })
+}
+
+// TestFailover_TokensThatGoBackAreEachCounted: on Redis a leader's token
+// can be lower than an earlier one's (advisory terms); each failover is
+// still one sample. Deduplicating by "highest token seen" dropped them.
+func TestFailover_TokensThatGoBackAreEachCounted(t *testing.T) {
+	srv, key, ctx := setup(t)
+	m, reg := newMetrics(t)
+	f := fedBackend{srv.Client(), make(chan tenure.Leader)}
+	w, err := election.New(f, election.Config{Key: key, Identity: "w", TTL: time.Second}, election.WithMetrics(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	octx, cancel := context.WithCancel(ctx)
+	o := observe(octx, w)
+	vacant := tenure.Leader{Vacant: true}
+	feed(t, f, o, leaderOf(100, "a"), vacant, leaderOf(1, "b"), vacant, leaderOf(2, "a"), vacant, leaderOf(101, "b"))
+	cancel()
+	<-o.done
+	if n := failovers(t, reg); n != 3 {
+		t.Fatalf("three failovers, the tokens going back: %d samples, want 3", n)
+	}
+}
+
+// TestFailover_NotTimedAcrossObservations: a vacancy whose start one
+// Observe saw and whose end it did not (it ended first) is not recorded
+// by a later Observe that only sees a leader. A vacancy timed on the
+// elector was closed by the next observer's first value, with the time
+// that passed between the two observations.
+func TestFailover_NotTimedAcrossObservations(t *testing.T) {
+	srv, key, ctx := setup(t)
+	m, reg := newMetrics(t)
+	f := fedBackend{srv.Client(), make(chan tenure.Leader)}
+	w, err := election.New(f, election.Config{Key: key, Identity: "w", TTL: time.Second}, election.WithMetrics(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	first, stopFirst := context.WithCancel(ctx)
+	o := observe(first, w)
+	feed(t, f, o, leaderOf(5, "a"), tenure.Leader{Vacant: true})
+	stopFirst()
+	<-o.done
+	time.Sleep(200 * time.Millisecond)
+	second, stopSecond := context.WithCancel(ctx)
+	o = observe(second, w)
+	feed(t, f, o, leaderOf(6, "b"))
+	stopSecond()
+	<-o.done
+	if n := failovers(t, reg); n != 0 {
+		t.Fatalf("no observer saw a whole vacancy: %d samples, want 0", n)
+	}
+}
