@@ -346,6 +346,20 @@ func (f fedBackend) Observe(ctx context.Context, key string, emit func(tenure.Le
 	}
 }
 
+// fedElector returns an elector with metrics on a fedBackend.
+func fedElector(t *testing.T) (fedBackend, *election.Elector, *prometheus.Registry, context.Context) {
+	t.Helper()
+	srv, key, ctx := setup(t)
+	m, reg := newMetrics(t)
+	f := fedBackend{srv.Client(), make(chan tenure.Leader)}
+	w, err := election.New(f, election.Config{Key: key, Identity: "w", TTL: time.Second}, election.WithMetrics(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	return f, w, reg, ctx
+}
+
 func leaderOf(token uint64, id string) tenure.Leader {
 	return tenure.Leader{Term: tenure.Term{Token: token, Identity: id, Backend: "test"}}
 }
@@ -365,14 +379,7 @@ func feed(t *testing.T, f fedBackend, o *observer, ls ...tenure.Leader) {
 // can be lower than an earlier one's (advisory terms); each failover is
 // still one sample. Deduplicating by "highest token seen" dropped them.
 func TestFailover_TokensThatGoBackAreEachCounted(t *testing.T) {
-	srv, key, ctx := setup(t)
-	m, reg := newMetrics(t)
-	f := fedBackend{srv.Client(), make(chan tenure.Leader)}
-	w, err := election.New(f, election.Config{Key: key, Identity: "w", TTL: time.Second}, election.WithMetrics(m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	f, w, reg, ctx := fedElector(t)
 	octx, cancel := context.WithCancel(ctx)
 	o := observe(octx, w)
 	vacant := tenure.Leader{Vacant: true}
@@ -390,14 +397,7 @@ func TestFailover_TokensThatGoBackAreEachCounted(t *testing.T) {
 // elector was closed by the next observer's first value, with the time
 // that passed between the two observations.
 func TestFailover_NotTimedAcrossObservations(t *testing.T) {
-	srv, key, ctx := setup(t)
-	m, reg := newMetrics(t)
-	f := fedBackend{srv.Client(), make(chan tenure.Leader)}
-	w, err := election.New(f, election.Config{Key: key, Identity: "w", TTL: time.Second}, election.WithMetrics(m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	f, w, reg, ctx := fedElector(t)
 	first, stopFirst := context.WithCancel(ctx)
 	o := observe(first, w)
 	feed(t, f, o, leaderOf(5, "a"), tenure.Leader{Vacant: true})
