@@ -28,8 +28,10 @@ func (l *lane) check(end int64) (vs []violation, excused int) {
 	}
 
 	// 2. No two terms' elected work overlaps, unless the earlier holder
-	// was frozen (SIGSTOP) before the later one began: its writes are
-	// invariant 1's business.
+	// was frozen (SIGSTOP) before the later one began and stopped within
+	// wokenOverlap of its resumption (its writes meanwhile are invariant
+	// 1's business), or its session was ended on the server (expire) and it
+	// stopped within expiredOverlap.
 	terms := append([]*termInfo(nil), l.terms...)
 	sort.Slice(terms, func(i, j int) bool { return terms[i].start < terms[j].start })
 	endOf := func(t *termInfo) int64 {
@@ -49,13 +51,29 @@ func (l *lane) check(end int64) (vs []violation, excused int) {
 			if ae <= b.start {
 				continue
 			}
-			frozen := false
+			var stop int64 // a's last freeze before b began
 			for _, s := range a.p.stops {
 				if s >= a.start && s <= b.start {
-					frozen = true
+					stop = s
 				}
 			}
-			if frozen || a.expiredAt != 0 && a.expiredAt <= b.start && time.Duration(ae-b.start) <= expiredOverlap {
+			if stop != 0 {
+				var cont int64 // the resumption that ended it (0: never resumed)
+				for _, c := range a.p.conts {
+					if c >= stop {
+						cont = c
+						break
+					}
+				}
+				if cont == 0 || time.Duration(ae-cont) <= wokenOverlap {
+					excused++
+					continue
+				}
+				vs = append(vs, violation{2, fmt.Sprintf("lane %d: %s's term %d, frozen past its lease, ran until %v after it was resumed (allowed %v), overlapping %s's term %d",
+					l.idx, a.p.id, a.token, time.Duration(ae-cont).Round(time.Millisecond), wokenOverlap, b.p.id, b.token)})
+				continue
+			}
+			if a.expiredAt != 0 && a.expiredAt <= b.start && time.Duration(ae-b.start) <= expiredOverlap {
 				excused++
 				continue
 			}

@@ -84,6 +84,7 @@ type proc struct {
 	quitAt   int64 // SIGQUIT (diagnose): its exit status 2 is expected
 	exitAt   int64
 	stops    []int64 // SIGSTOP times
+	conts    []int64 // SIGCONT times
 	frozen   bool
 }
 
@@ -385,6 +386,7 @@ func (p *proc) signal(sig syscall.Signal) error {
 		p.frozen = true
 	case syscall.SIGCONT:
 		p.frozen = false
+		p.conts = append(p.conts, now)
 	}
 	l.notify()
 	l.mu.Unlock()
