@@ -416,9 +416,15 @@ func (e *Elector) failCampaign(ctx context.Context, l *lease, t Ticket, err erro
 	return err
 }
 
-// campaignErr classifies a failed campaign: the session's end first, then
-// the caller's ctx, then the backend's own error.
+// campaignErr classifies a failed campaign: a refusal of the
+// configuration (permission denied, a bad key) first, since the backend may
+// end the session because of it (it could not delete what it may have
+// written); then the session's end; then the caller's ctx; then the
+// backend's own error.
 func (e *Elector) campaignErr(ctx context.Context, l *lease, err error) error {
+	if errors.Is(err, tenure.ErrInvalidConfig) {
+		return err
+	}
 	if l.ctx.Err() != nil {
 		cause := context.Cause(l.ctx)
 		if errors.Is(cause, tenure.ErrClosed) {

@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,4 +373,41 @@ func TestRun_CampaignsRacingAResignNeverCutTheWorkShort(t *testing.T) {
 	}
 	stopRun()
 	<-runDone
+}
+
+// refusingBackend refuses every enqueue as a configuration error, after
+// ending its session, as etcdelect does when it may have written an entry
+// it is not allowed to delete (permission denied).
+type refusingBackend struct{ *electiontest.Client }
+
+func (b refusingBackend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
+	s, err := b.Client.OpenSession(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return refusingSession{s}, nil
+}
+
+type refusingSession struct{ election.Session }
+
+func (s refusingSession) Enqueue(context.Context, string, string) (election.Ticket, error) {
+	s.Session.(interface{ End(error) bool }).End(fmt.Errorf("%w: gave up after a refused write", tenure.ErrSessionExpired))
+	time.Sleep(50 * time.Millisecond) // the lease notices the end meanwhile
+	return election.Ticket{}, fmt.Errorf("%w: permission denied", tenure.ErrInvalidConfig)
+}
+
+// TestCampaign_ARefusalIsReportedAsSuch: a campaign the backend refused
+// (ErrInvalidConfig) reports that, even when the backend ended its session
+// because of it. It reported ErrSessionExpired whenever the lease noticed
+// the end first (an etcd permission test failed on it under load).
+func TestCampaign_ARefusalIsReportedAsSuch(t *testing.T) {
+	srv, key, ctx := setup(t)
+	e, err := election.New(refusingBackend{srv.Client()}, election.Config{Key: key, Identity: "a", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	if _, err := e.Campaign(ctx); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Campaign refused by the backend: %v, want ErrInvalidConfig", err)
+	}
 }
