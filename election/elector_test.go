@@ -142,7 +142,10 @@ func TestRun_CampaignWhileTheWorkStopsKeepsTheTerm(t *testing.T) {
 // session and the next candidate led while the work still ran.
 func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
 	srv, key, ctx := setup(t)
-	cfg := election.Config{Key: key, Identity: "a", TTL: 3 * time.Second, RenewInterval: time.Second, DeadlineMargin: 900 * time.Millisecond}
+	// The margin (1.5 s) leaves room for a renewal (every 0.5 s) after the
+	// heal, before the server could expire the session: the session must
+	// survive, so only the elector could release the entry.
+	cfg := election.Config{Key: key, Identity: "a", TTL: 3 * time.Second, RenewInterval: 500 * time.Millisecond, DeadlineMargin: 1500 * time.Millisecond}
 	ac := srv.Client()
 	a, err := election.New(ac, cfg)
 	if err != nil {
