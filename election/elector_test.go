@@ -94,6 +94,7 @@ func TestRun_CampaignWhileTheWorkStopsKeepsTheTerm(t *testing.T) {
 				time.Sleep(60 * time.Millisecond) // stops within StopTimeout
 				working.Store(false)
 			},
+			OnHardStop: func(tenure.Term) {}, // a loaded machine: not the default exit
 		})
 	}()
 	t1 := <-elected
@@ -335,7 +336,7 @@ func TestRun_CampaignsRacingAResignNeverCutTheWorkShort(t *testing.T) {
 			<-wctx.Done()
 			time.Sleep(20 * time.Millisecond) // stopping, within StopTimeout
 			working.Store(0)
-		}})
+		}, OnHardStop: func(tenure.Term) {}}) // a loaded machine: not the default exit
 	}()
 	for i := range 60 {
 		term := <-elected
