@@ -30,6 +30,29 @@ func within(t *testing.T, d time.Duration, what string, f func() error) error {
 	}
 }
 
+// runStubborn runs e.Run until ctx ends, with elected work that ignores
+// its cancelled context (and a hard stop that does not end it) until
+// release is closed. It returns once e leads; working reports whether the
+// work runs.
+func runStubborn(ctx context.Context, e *election.Elector) (working *atomic.Bool, release chan struct{}, runDone chan error) {
+	working, release, runDone = new(atomic.Bool), make(chan struct{}), make(chan error, 1)
+	elected := make(chan struct{})
+	go func() {
+		runDone <- e.Run(ctx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) {
+				working.Store(true)
+				close(elected)
+				<-ctx.Done()
+				<-release
+				working.Store(false)
+			},
+			OnHardStop: func(tenure.Term) {},
+		})
+	}()
+	<-elected
+	return working, release, runDone
+}
+
 // TestCampaign_SecondCallHonoursItsContext: while one campaign of an
 // elector waits in the queue, a second Campaign or Run on it gives up when
 // its own ctx ends, and TryCampaign does not wait at all. All three waited
@@ -154,25 +177,9 @@ func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	b, _ := newElector(t, srv, key, "b", 3*time.Second)
-	var working atomic.Bool
-	elected := make(chan struct{})
-	release := make(chan struct{})
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	runDone := make(chan error, 1)
-	go func() {
-		runDone <- a.Run(runCtx, tenure.Callbacks{
-			OnElected: func(ctx context.Context, _ tenure.Term) {
-				working.Store(true)
-				close(elected)
-				<-ctx.Done()
-				<-release // ignores its cancelled context
-				working.Store(false)
-			},
-			OnHardStop: func(tenure.Term) {}, // and the hard stop does not end it
-		})
-	}()
-	<-elected
+	working, release, runDone := runStubborn(runCtx, a)
 	heal := ac.CutOff()
 	var bWhileWorking atomic.Bool
 	bDone := make(chan error, 1)
@@ -217,23 +224,7 @@ func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
 func TestClose_ConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	srv, key, ctx := setup(t)
 	a, _ := newElector(t, srv, key, "a", time.Second)
-	var working atomic.Bool
-	elected := make(chan struct{})
-	release := make(chan struct{})
-	runDone := make(chan error, 1)
-	go func() {
-		runDone <- a.Run(ctx, tenure.Callbacks{
-			OnElected: func(ctx context.Context, _ tenure.Term) {
-				working.Store(true)
-				close(elected)
-				<-ctx.Done()
-				<-release
-				working.Store(false)
-			},
-			OnHardStop: func(tenure.Term) {},
-		})
-	}()
-	<-elected
+	working, release, runDone := runStubborn(ctx, a)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = a.Close(ctx) })
 	electiontest.WaitFor(t, 5*time.Second, "the first Close to start", func() bool {
