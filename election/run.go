@@ -28,8 +28,9 @@ import (
 // configuration; transient failures are logged and retried every
 // Config.RetryInterval. Run returns only after every goroutine it started
 // has exited. A second Run on the same Elector waits for the first to
-// return (or for its own ctx to end, or Close). Close (or Resign) from another goroutine ends the term like a loss
-// would: Run waits for OnElected before the entry is released.
+// return (or for its own ctx to end, or Close). Close (or Resign) from
+// another goroutine ends the term like a loss would: Run waits for
+// OnElected before the entry is released.
 func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 	if err := e.acquire(ctx, e.runSem, true, nil); err != nil {
 		return err

@@ -479,10 +479,10 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 // DeadlineMargin), at a resignation or a shutdown (the key is released
 // after this returns). Three quarters of the elector's StopTimeout keep it
 // inside the time tenure gives the elected work to stop, with room left
-// for the immediate shutdown. When the key may be
-// another member's already (the session expired, the key was deleted),
-// a new primary may be promoting from this member's standbys: the fence is
-// immediate, so that no WAL of this term reaches them from now on.
+// for the immediate shutdown. When the key may be another member's already
+// (the session expired, the key was deleted), a new primary may be
+// promoting from this member's standbys: the fence is immediate, so that no
+// WAL of this term reaches them from now on.
 func (m *Manager) drainFor(cause error) time.Duration {
 	if errors.Is(cause, tenure.ErrSessionExpired) || errors.Is(cause, tenure.ErrOwnershipLost) {
 		return 0
