@@ -30,6 +30,18 @@ func within(t *testing.T, d time.Duration, what string, f func() error) error {
 	}
 }
 
+// repeat calls f until stop is closed.
+func repeat(stop <-chan struct{}, f func()) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		f()
+	}
+}
+
 // runStubborn runs e.Run until ctx ends, with elected work that ignores
 // its cancelled context (and a hard stop that does not end it) until
 // release is closed. It returns once e leads; working reports whether the
@@ -258,16 +270,7 @@ func TestPosition_DuringCampaigns(t *testing.T) {
 	b, _ := newElector(t, srv, key, "b", time.Second)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_, _ = b.Position(ctx)
-		}
-	})
+	wg.Go(func() { repeat(stop, func() { _, _ = b.Position(ctx) }) })
 	for range 20 {
 		if _, err := a.Campaign(ctx); err != nil {
 			t.Fatal(err)
@@ -346,16 +349,11 @@ func TestRun_CampaignsRacingAResignNeverCutTheWorkShort(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 2 {
 			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				repeat(stop, func() {
 					c, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 					_, _ = a.Campaign(c)
 					cancel()
-				}
+				})
 			})
 		}
 		time.Sleep(time.Millisecond)
