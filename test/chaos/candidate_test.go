@@ -107,14 +107,16 @@ func candidateMain() int {
 	defer cancel()
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
 
-	b, sessionInfo, closeB, err := dialCandidate(ctx, env(envBackend), strings.Split(env(envEndpoints), ","), ttl)
+	log, stopLog := debugLogger(id)
+	defer stopLog()
+	b, sessionInfo, closeB, err := dialCandidate(ctx, env(envBackend), strings.Split(env(envEndpoints), ","), ttl, log)
 	if err != nil {
 		o.line("EXIT %d dial:%s", mono(), word(err))
 		return 1
 	}
 	defer closeB()
 	noDeadline := env(envBroken) == brokenNoDeadline
-	e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl})
+	e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl}, election.WithLogger(log))
 	if err != nil {
 		o.line("EXIT %d config:%s", mono(), word(err))
 		return 1
@@ -224,9 +226,9 @@ func candidateMain() int {
 // until ctx ends (the servers may be restarting). sessionInfo returns what
 // the checker needs to expire the session from outside ("" for etcd, whose
 // entry name holds its lease).
-func dialCandidate(ctx context.Context, backend string, endpoints []string, ttl time.Duration) (b election.Backend, sessionInfo func() string, closeB func(), err error) {
+func dialCandidate(ctx context.Context, backend string, endpoints []string, ttl time.Duration, log *zap.Logger) (b election.Backend, sessionInfo func() string, closeB func(), err error) {
 	for {
-		b, sessionInfo, closeB, err = dialOnce(ctx, backend, endpoints, ttl)
+		b, sessionInfo, closeB, err = dialOnce(ctx, backend, endpoints, ttl, log)
 		if err == nil || ctx.Err() != nil || errors.Is(err, errNoBackend) {
 			return
 		}
@@ -234,7 +236,7 @@ func dialCandidate(ctx context.Context, backend string, endpoints []string, ttl 
 	}
 }
 
-func dialOnce(ctx context.Context, backend string, endpoints []string, ttl time.Duration) (election.Backend, func() string, func(), error) {
+func dialOnce(ctx context.Context, backend string, endpoints []string, ttl time.Duration, log *zap.Logger) (election.Backend, func() string, func(), error) {
 	switch backend {
 	case "etcd":
 		cli, err := clientv3.New(clientv3.Config{
@@ -248,7 +250,7 @@ func dialOnce(ctx context.Context, backend string, endpoints []string, ttl time.
 	case "zookeeper":
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		b, err := zkelect.Dial(dctx, endpoints, ttl)
+		b, err := zkelect.Dial(dctx, endpoints, ttl, zkelect.WithLogger(log))
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -452,8 +452,9 @@ func (l *lane) observe(at int64, old *termInfo, bound time.Duration, mayKeep boo
 }
 
 // diagnose logs what the servers hold for a lane that has no leader, and
-// the goroutines of its live candidates (SIGQUIT makes a Go process dump
-// them to stderr and exit), then starts new candidates in their slots.
+// the recent log (SIGUSR2) and goroutines (SIGQUIT makes a Go process dump
+// them to stderr and exit) of its live candidates, then starts new
+// candidates in their slots.
 func (l *lane) diagnose(why string) {
 	r := l.r
 	r.logf("lane %d (%s): %s; %s", l.idx, l.key, why, r.srv.Diagnose(l.key))
@@ -465,8 +466,10 @@ func (l *lane) diagnose(why string) {
 		if gone {
 			continue
 		}
-		r.logf("lane %d: goroutines of %s follow on stderr", l.idx, p.id)
+		r.logf("lane %d: the recent log and the goroutines of %s follow on stderr", l.idx, p.id)
 		_ = p.signal(syscall.SIGCONT)
+		_ = p.signal(syscall.SIGUSR2) // its log (debuglog_test.go)
+		time.Sleep(200 * time.Millisecond)
 		_ = p.signal(syscall.SIGQUIT)
 		select {
 		case <-p.exited:
