@@ -109,14 +109,21 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		return election.Ticket{}, err
 	}
 	prefix := key + "/" + protectedPrefix + guid + lockMarker
+	// The nodes of this guid are this Enqueue's, but not always this
+	// session's: go-zookeeper sends a request made while it has no
+	// connection on its next one, whatever session that carries, so a
+	// create made as the session expires unseen makes its node under the
+	// connection's next session. So the nodes this Enqueue gives up are
+	// deleted whichever session of the connection owns them (reapAny).
+	//
 	// A create given up while in flight: delete its node once it returns,
 	// or, when its reply was lost too, whatever node it made.
 	undo := func(p string, err error) {
 		switch {
 		case err == nil:
-			s.b.reap(s.id, p, 0)
+			s.b.reap(reapAny, p, 0)
 		case errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer):
-			s.b.reapGUID(s.id, key, guid)
+			s.b.reapGUID(key, guid)
 		}
 	}
 	// A create whose reply was lost may have made a node that no read
@@ -126,7 +133,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 	unknown := false
 	defer func() {
 		if unknown && err != nil {
-			s.b.reapGUID(s.id, key, guid)
+			s.b.reapGUID(key, guid)
 		}
 	}()
 	for attempt := 0; ; attempt++ {
@@ -188,7 +195,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 			return election.Ticket{}, err
 		}
 		if !ok || st.EphemeralOwner != s.id {
-			if ok {
+			if ok { // made under the connection's next session (see above)
 				s.deleteLater(p)
 			}
 			return election.Ticket{}, s.expired(fmt.Errorf("node %s not owned by the session", p))
@@ -204,9 +211,10 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 	}
 }
 
-// deleteLater deletes this session's node p in the background while the
-// session lives: at once if the link is up, or when it is back.
-func (s *session) deleteLater(p string) { s.b.reap(s.id, p, 0) }
+// deleteLater deletes p, a node this session's Enqueue created, in the
+// background: at once if the link is up, or when it is back, whichever of
+// the connection's sessions owns it (see Enqueue).
+func (s *session) deleteLater(p string) { s.b.reap(reapAny, p, 0) }
 
 // findByGUID looks for this session's node with guid under key.
 func (s *session) findByGUID(ctx context.Context, key, guid string) (string, error) {

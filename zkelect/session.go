@@ -184,19 +184,24 @@ func (s *session) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// reapAny, as the session of reap, deletes the node whichever session owns
+// it: for a node whose name holds a guid of this connection's, created
+// under whichever session the connection had when its create was sent.
+const reapAny int64 = 0
+
 // reap deletes the node p in the background until it is gone, the
 // ZooKeeper session id ends (the node goes with it), or the Backend
-// closes.
+// closes. With id reapAny, only the first and the last end it.
 func (b *Backend) reap(id int64, p string, z uint64) {
 	b.reapLoop(id, func() bool { return b.deleteOwned(id, p, z) })
 }
 
-// reapGUID deletes, in the background, every node under key that session
-// id created with guid (a create whose outcome is unknown: its reply was
-// lost, or its caller gave up), until one read of the queue shows none
-// left, the session id ends, or the Backend closes.
-func (b *Backend) reapGUID(id int64, key, guid string) {
-	b.reapLoop(id, func() bool {
+// reapGUID deletes, in the background, every node under key created with
+// guid (by a create whose outcome is unknown: its reply was lost, or its
+// caller gave up), whichever of the connection's sessions owns it, until
+// one read of the queue shows none left or the Backend closes.
+func (b *Backend) reapGUID(key, guid string) {
+	b.reapLoop(reapAny, func() bool {
 		children, _, err := b.conn.Children(key)
 		if errors.Is(err, zk.ErrNoNode) {
 			return true
@@ -206,7 +211,7 @@ func (b *Backend) reapGUID(id int64, key, guid string) {
 		}
 		clean := true
 		for _, c := range children {
-			if guidOf(c) == guid && !b.deleteOwned(id, path.Join(key, c), 0) {
+			if guidOf(c) == guid && !b.deleteOwned(reapAny, path.Join(key, c), 0) {
 				clean = false
 			}
 		}
@@ -214,24 +219,25 @@ func (b *Backend) reapGUID(id int64, key, guid string) {
 	})
 }
 
-// deleteOwned deletes p if session id owns it and, when z is not 0, its
-// czxid is z (a name is never reused, but a node found by name alone could
-// be another session's). done is false when the link failed: try again.
+// deleteOwned deletes p if session id owns it (any session with reapAny)
+// and, when z is not 0, its czxid is z (a name is never reused, but a node
+// found by name alone could be another session's). done is false when the
+// link failed: try again.
 func (b *Backend) deleteOwned(id int64, p string, z uint64) (done bool) {
 	ok, st, err := b.conn.Exists(p)
 	if err != nil {
 		return false
 	}
-	if !ok || st.EphemeralOwner != id || z != 0 && uint64(st.Czxid) != z {
+	if !ok || id != reapAny && st.EphemeralOwner != id || z != 0 && uint64(st.Czxid) != z {
 		return true
 	}
 	err = b.conn.Delete(p, st.Version)
 	return err == nil || errors.Is(err, zk.ErrNoNode)
 }
 
-// reapLoop runs try until it reports done, the ZooKeeper session id ends or
-// the Backend closes, again after every change of connection state or half
-// a second.
+// reapLoop runs try until it reports done, the ZooKeeper session id ends
+// (never with reapAny) or the Backend closes, again after every change of
+// connection state or half a second.
 func (b *Backend) reapLoop(id int64, try func() (done bool)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -245,7 +251,7 @@ func (b *Backend) reapLoop(id int64, try func() (done bool)) {
 			b.mu.Lock()
 			closed, ch := b.closed, b.changed
 			b.mu.Unlock()
-			if closed || b.sessionID.Load() != id || try() {
+			if closed || id != reapAny && b.sessionID.Load() != id || try() {
 				return
 			}
 			select {
