@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
@@ -232,4 +234,44 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestReap_GivesUpADeleteTheACLRefuses: the background delete of a node the
+// session could not delete at once stops at a refusal of the key's ACL
+// (logged once) instead of asking again every half second for as long as
+// the session lives.
+func TestReap_GivesUpADeleteTheACLRefuses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := rawConn(t, "", "")
+	key := fmt.Sprintf("/security-%d-nodelete", secKeys.Add(1))
+	// Anyone may create under the key, no one may delete there.
+	if _, err := admin.Create(key, nil, 0, []zk.ACL{{Perms: zk.PermAll &^ zk.PermDelete, Scheme: "world", ID: "anyone"}}); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Delete(key, -1) // its child went with the session
+	core, logs := observer.New(zap.WarnLevel)
+	b, err := zkelect.Dial(ctx, server.Endpoints(), ttl, zkelect.WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := sess.Enqueue(ctx, key, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Close(ctx); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Close with its node's delete refused = %v, want ErrInvalidConfig", err)
+	}
+	time.Sleep(2 * time.Second) // four retries' worth
+	if n := logs.FilterMessageSnippet("cannot delete").Len(); n != 1 {
+		t.Fatalf("%d warnings about the refused delete in 2 s, want 1 (the delete given up)", n)
+	}
+	if ok, _, err := admin.Exists(tk.Name); err != nil || !ok {
+		t.Fatalf("the node is gone (%v, %v): the test shows nothing", ok, err)
+	}
 }

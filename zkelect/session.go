@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
@@ -222,7 +223,9 @@ func (b *Backend) reapGUID(key, guid string) {
 // deleteOwned deletes p if session id owns it (any session with reapAny)
 // and, when z is not 0, its czxid is z (a name is never reused, but a node
 // found by name alone could be another session's). done is false when the
-// link failed: try again.
+// link failed: try again. A delete the key's ACL refuses is given up
+// (logged): trying again would not help, and the node goes with its
+// session.
 func (b *Backend) deleteOwned(id int64, p string, z uint64) (done bool) {
 	ok, st, err := b.conn.Exists(p)
 	if err != nil {
@@ -232,6 +235,11 @@ func (b *Backend) deleteOwned(id int64, p string, z uint64) (done bool) {
 		return true
 	}
 	err = b.conn.Delete(p, st.Version)
+	if errors.Is(err, zk.ErrNoAuth) {
+		b.log.Warn("zookeeper: cannot delete a node this connection made; it goes when its session ends",
+			zap.String("node", p), zap.Int64("session", st.EphemeralOwner), zap.Error(err))
+		return true
+	}
 	return err == nil || errors.Is(err, zk.ErrNoNode)
 }
 
