@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,4 +279,53 @@ func TestEnqueue_CreateQueuedAcrossAnExpiryLeavesNoNode(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestEnqueue_AfterALostReplyItsGUIDGoesWithTheNode: a create whose reply
+// was lost may commit after the lookup that followed it found nothing (the
+// connection moved to a server that had not applied it yet), so Enqueue
+// creates again and gets a second node of the same guid. WaitHead deletes
+// the first when it sees it ahead; a campaign that ends before (TryCampaign
+// finding the key held, a cancelled ctx) must not leave it, owned by the
+// live session, at the head of the queue. One server cannot lag behind
+// itself, so the test makes the late node with its admin connection.
+func TestEnqueue_AfterALostReplyItsGUIDGoesWithTheNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, _, sess := sessionBehindProxy(t, ctx)
+	admin := rawConn(t, "", "")
+	key := electiontest.Key(t)
+
+	// The create reaches the server 500 ms after it is sent; its reply is
+	// cut on the way back, and Enqueue finds the node by its guid.
+	p.Delay(500 * time.Millisecond)
+	done := make(chan error, 1)
+	var tk election.Ticket
+	go func() {
+		var err error
+		tk, err = sess.Enqueue(ctx, key, "a")
+		done <- err
+	}()
+	waitUntil(t, "the node created", func() bool {
+		c, _, err := admin.Children(key)
+		return err == nil && len(c) == 1
+	})
+	p.Delay(0)
+	p.Cut()
+	if err := <-done; err != nil {
+		t.Fatalf("Enqueue with its create's reply lost: %v", err)
+	}
+	base := path.Base(tk.Name)
+	prefix := base[:strings.LastIndex(base, "-lock-")+len("-lock-")]
+	late, err := admin.Create(path.Join(key, prefix), []byte("a"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Dequeue(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the late node of the same guid deleted", func() bool {
+		ok, _, err := admin.Exists(late)
+		return err == nil && !ok
+	})
 }

@@ -206,6 +206,13 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		if prefetched != nil {
 			s.prefetched[p] = prefetched
 		}
+		if unknown {
+			// An earlier create of this guid whose reply was lost may
+			// still commit, or may not have shown in findByGUID's read:
+			// WaitHead deletes it when it sees it ahead, and when this
+			// node goes, every node of the guid goes (forget).
+			s.unsure[p] = guid
+		}
 		s.mu.Unlock()
 		return election.Ticket{Key: key, Identity: identity, Token: uint64(st.Czxid), Name: p}, nil
 	}
@@ -216,9 +223,14 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 // the connection's sessions owns it (see Enqueue).
 func (s *session) deleteLater(p string) { s.b.reap(reapAny, p, 0) }
 
-// findByGUID looks for this session's node with guid under key.
+// findByGUID looks for this session's node with guid under key. The read
+// follows a sync: the server the connection now uses may lag behind the
+// one that took the lost create.
 func (s *session) findByGUID(ctx context.Context, key, guid string) (string, error) {
 	children, err := call(ctx, s.b, func() ([]string, error) {
+		if _, err := s.b.conn.Sync(key); err != nil {
+			return nil, err
+		}
 		c, _, err := s.b.conn.Children(key)
 		return c, err
 	}, nil)
@@ -278,12 +290,20 @@ func (s *session) lost(t election.Ticket) error {
 	return fmt.Errorf("%w: zookeeper node %s (czxid %d) was deleted or is not the session's", tenure.ErrOwnershipLost, t.Name, t.Token)
 }
 
+// forget drops p from the session's records. When p was found after a
+// create reply was lost, the other nodes of its guid, if any, are deleted
+// in the background.
 func (s *session) forget(p string) {
 	s.mu.Lock()
 	delete(s.nodes, p)
 	delete(s.parked, p)
 	delete(s.prefetched, p)
+	guid, unsure := s.unsure[p]
+	delete(s.unsure, p)
 	s.mu.Unlock()
+	if unsure {
+		s.b.reapGUID(path.Dir(p), guid)
+	}
 }
 
 // Ahead counts the contenders before t.

@@ -31,7 +31,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	if err != nil {
 		return nil, translate("session", err)
 	}
-	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}}
+	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}, unsure: map[string]string{}}
 	s.Init()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	var g election.Renewal
@@ -73,6 +73,7 @@ type session struct {
 	parked map[string]<-chan zk.Event // path → a watch on that node, handed from call to call
 
 	prefetched map[string][]string // node path → its key's children, read just after it was created
+	unsure     map[string]string   // node path → its guid, when a create of that guid lost its reply
 }
 
 func (s *session) Granted() election.Renewal { return s.granted }
