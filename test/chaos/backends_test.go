@@ -62,6 +62,10 @@ type servers interface {
 	// Entries returns how many entries (etcd keys, znodes) are left under
 	// an election key.
 	Entries(key string) (int, error)
+	// Holder returns the token of the entry that holds key on the server
+	// (0 when none does): what a leader that keeps its term through a
+	// fault must still be.
+	Holder(key string) (uint64, error)
 	// LeaderChanges counts the server-side leader changes seen so far
 	// (0 when the backend cannot tell). A new server-side leader renews
 	// every session (etcd extends every lease by its TTL plus an election
@@ -144,6 +148,18 @@ func (s *etcdServers) Expire(t *termInfo) error {
 	defer cancel()
 	_, err = s.admin.Revoke(ctx, clientv3.LeaseID(id))
 	return err
+}
+
+// Holder: the key with the smallest create revision under the prefix (the
+// concurrency package's order), whose create revision is the token.
+func (s *etcdServers) Holder(key string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := s.admin.Get(ctx, key+"/", clientv3.WithFirstCreate()...)
+	if err != nil || len(r.Kvs) == 0 {
+		return 0, err
+	}
+	return uint64(r.Kvs[0].CreateRevision), nil
 }
 
 func (s *etcdServers) Entries(key string) (int, error) {
@@ -274,6 +290,35 @@ func (s *zkServers) Expire(t *termInfo) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// Holder: the child with the lowest sequence, whose czxid is the token.
+func (s *zkServers) Holder(key string) (uint64, error) {
+	children, _, err := s.admin.Children(key)
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var head string
+	for _, c := range children {
+		i := strings.LastIndex(c, "-lock-")
+		if i < 0 {
+			continue
+		}
+		if head == "" || c[i+6:] < head[strings.LastIndex(head, "-lock-")+6:] {
+			head = c
+		}
+	}
+	if head == "" {
+		return 0, nil
+	}
+	_, st, err := s.admin.Exists(key + "/" + head)
+	if err != nil || st == nil {
+		return 0, err
+	}
+	return uint64(st.Czxid), nil
 }
 
 func (s *zkServers) Entries(key string) (int, error) {

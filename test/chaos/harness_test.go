@@ -334,6 +334,13 @@ func (l *lane) first(match func(*termInfo) bool) *termInfo {
 	return first
 }
 
+// heldBy reports whether the servers show the entry of term tok holding
+// key.
+func heldBy(srv servers, key string, tok uint64) bool {
+	h, err := srv.Holder(key)
+	return err == nil && h == tok
+}
+
 // alive reports whether term t still runs.
 func (l *lane) alive(t *termInfo) bool {
 	l.mu.Lock()
@@ -429,7 +436,9 @@ func (l *lane) observe(at int64, old *termInfo, bound time.Duration, mayKeep boo
 			return f, nil
 		}
 		elapsed := time.Duration(mono() - at)
-		if mayKeep && elapsed > bound && l.alive(old) {
+		// A term kept must be kept on the server too: a leader that
+		// believes it leads while its entry is gone is a stall.
+		if mayKeep && elapsed > bound && l.alive(old) && heldBy(l.r.srv, l.key, old.token) {
 			f.kept = true
 			l.mu.Lock()
 			l.faults = append(l.faults, f)

@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,6 +85,24 @@ func (s *redisServers) Entries(key string) (int, error) {
 		return 0, err
 	}
 	return int(n + w), nil
+}
+
+// Holder: the token in the lock key's value ("<random> <token> <identity>").
+func (s *redisServers) Holder(key string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := s.admin.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(v)
+	if len(f) < 2 {
+		return 0, fmt.Errorf("chaos: lock value %q is not tenure's", v)
+	}
+	return strconv.ParseUint(f[1], 10, 64)
 }
 
 func (s *redisServers) LeaderChanges() float64 { return 0 }

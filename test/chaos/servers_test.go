@@ -1,8 +1,14 @@
 package chaos
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure/election"
 )
 
 // TestEtcdLeaderChanges_SeenWhenTheRaftLeaderIsKilled: the count the
@@ -29,5 +35,42 @@ func TestEtcdLeaderChanges_SeenWhenTheRaftLeaderIsKilled(t *testing.T) {
 	t.Logf("leader changes seen: %v before the kill, %v after", before, after)
 	if after <= before {
 		t.Fatalf("leader changes seen stayed at %v after the raft leader was killed", before)
+	}
+}
+
+// TestHolder_IsTheElectedTerm: the server-side holder the harness checks a
+// kept term against (observe) is the elected term's token while it leads,
+// and not once it has resigned.
+func TestHolder_IsTheElectedTerm(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			s := env.servers[be.name]
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			b, _, closeB, err := dialCandidate(ctx, be.name, s.Endpoints(), ttl, zap.NewNop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeB()
+			key := fmt.Sprintf("/chaos/%s/holder", nextRunID(be.name, "holder"))
+			e, err := election.New(b, election.Config{Key: key, Identity: "h", TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(context.Background())
+			term, err := e.Campaign(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h, err := s.Holder(key); err != nil || h != term.Token {
+				t.Fatalf("Holder while term %d leads = %d, %v", term.Token, h, err)
+			}
+			if err := e.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if h, err := s.Holder(key); err != nil || h != 0 {
+				t.Fatalf("Holder after the resignation = %d, %v; want 0", h, err)
+			}
+		})
 	}
 }
