@@ -45,6 +45,8 @@ import (
 //	R <op> <t>                            a read is sent
 //	RR <op> <t> <token> <value> | RR <op> <t> err
 //	FREEZE <t>                            it stops itself (SIGUSR1 asked)
+//	LEFT <n> <t>                          ZooKeeper: nodes under the key still
+//	                                      owned by its live session after Close
 //	EXIT <t> <Run's error>
 //
 // Closing its stdin ends it gracefully: Run resigns and returns. SIGUSR1
@@ -215,6 +217,12 @@ func candidateMain() int {
 		OnHardStop: func(t tenure.Term) { o.line("HARDSTOP %d %d", t.Token, mono()) },
 	})
 	_ = e.Close(context.Background())
+	if zb, ok := b.(*zkelect.Backend); ok {
+		n, lerr := ownNodes(zb.Conn(), key, 2*time.Second)
+		if lerr == nil {
+			o.line("LEFT %d %d", n, mono())
+		}
+	}
 	o.line("EXIT %d %s", mono(), word(err))
 	if errors.Is(err, tenure.ErrCanceled) {
 		return 0
@@ -278,4 +286,38 @@ var errNoBackend = errors.New("chaos: no such backend")
 func zkSession(c *zk.Conn) (int64, []byte) {
 	pw := reflect.ValueOf(c).Elem().FieldByName("passwd").Bytes()
 	return c.SessionID(), append([]byte(nil), pw...)
+}
+
+// ownNodes counts the nodes under key that the connection's current
+// session owns, waiting up to wait for the count to reach 0 (the backend
+// deletes some in the background). After the elector's Close there should
+// be none: one would be a node no campaign knows of, which the session
+// keeps, at the head of the queue or on its way there, for as long as the
+// process runs.
+func ownNodes(c *zk.Conn, key string, wait time.Duration) (int, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		id := c.SessionID()
+		children, _, err := c.Children(key)
+		if errors.Is(err, zk.ErrNoNode) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, ch := range children {
+			ok, st, err := c.Exists(key + "/" + ch)
+			if err != nil {
+				return 0, err
+			}
+			if ok && st.EphemeralOwner == id {
+				n++
+			}
+		}
+		if n == 0 || time.Now().After(deadline) {
+			return n, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -58,6 +58,8 @@ type lane struct {
 	open    map[string]*opRec // proc id + op number → op without an answer yet
 	faults  []faultRec
 	changed chan struct{} // closed and replaced on every event
+
+	leftovers []string // LEFT reports of candidates that exited
 }
 
 // slot is one candidate position of a lane: its proxies (one per server)
@@ -263,6 +265,10 @@ func (l *lane) event(p *proc, line string) {
 		}
 	case "HARDSTOP":
 		l.r.logf("%s: hard stop of term %s", p.id, f[1])
+	case "LEFT":
+		if n := u(1); n > 0 {
+			l.leftovers = append(l.leftovers, fmt.Sprintf("%s left %d node(s) owned by its live session after the elector's Close", p.id, n))
+		}
 	}
 }
 
