@@ -28,10 +28,12 @@
 //     CURATOR-696 gave two leaders without such a check).
 //   - When a create's reply is lost, the node is looked up by its uuid and
 //     session. A node that an Enqueue may have made and could not keep
-//     (the caller gave up, the link went down) is deleted in the
-//     background while the ZooKeeper session lives, by path or by uuid:
-//     the session outlives such outages, and a node no campaign knows of
-//     would block the queue for as long as the process runs.
+//     (the caller gave up, the link went down, the session expired) is
+//     deleted in the background, by path or by uuid, whichever of the
+//     connection's sessions owns it (go-zookeeper sends a request made
+//     while it has no connection on its next one, whatever session that
+//     carries): a node no campaign knows of would block the queue for as
+//     long as its session lives.
 //   - Session expiry is a loss even though go-zookeeper silently opens a new
 //     session: the session is tied to the ZooKeeper session id it started
 //     with.

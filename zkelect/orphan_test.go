@@ -290,42 +290,64 @@ func TestEnqueue_CreateQueuedAcrossAnExpiryLeavesNoNode(t *testing.T) {
 // live session, at the head of the queue. One server cannot lag behind
 // itself, so the test makes the late node with its admin connection.
 func TestEnqueue_AfterALostReplyItsGUIDGoesWithTheNode(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, _, sess := sessionBehindProxy(t, ctx)
-	admin := rawConn(t, "", "")
-	key := electiontest.Key(t)
+	for _, tc := range []struct {
+		name string
+		// cutOff: the session is closed while the link is down, so its
+		// delete fails and goes to the background.
+		cutOff bool
+	}{
+		{"dequeued", false},
+		{"closed while cut off", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			p, _, sess := sessionBehindProxy(t, ctx)
+			admin := rawConn(t, "", "")
+			key := electiontest.Key(t)
 
-	// The create reaches the server 500 ms after it is sent; its reply is
-	// cut on the way back, and Enqueue finds the node by its guid.
-	p.Delay(500 * time.Millisecond)
-	done := make(chan error, 1)
-	var tk election.Ticket
-	go func() {
-		var err error
-		tk, err = sess.Enqueue(ctx, key, "a")
-		done <- err
-	}()
-	waitUntil(t, "the node created", func() bool {
-		c, _, err := admin.Children(key)
-		return err == nil && len(c) == 1
-	})
-	p.Delay(0)
-	p.Cut()
-	if err := <-done; err != nil {
-		t.Fatalf("Enqueue with its create's reply lost: %v", err)
+			// The create reaches the server 500 ms after it is sent; its
+			// reply is cut on the way back, and Enqueue finds the node by
+			// its guid.
+			p.Delay(500 * time.Millisecond)
+			done := make(chan error, 1)
+			var tk election.Ticket
+			go func() {
+				var err error
+				tk, err = sess.Enqueue(ctx, key, "a")
+				done <- err
+			}()
+			waitUntil(t, "the node created", func() bool {
+				c, _, err := admin.Children(key)
+				return err == nil && len(c) == 1
+			})
+			p.Delay(0)
+			p.Cut()
+			if err := <-done; err != nil {
+				t.Fatalf("Enqueue with its create's reply lost: %v", err)
+			}
+			base := path.Base(tk.Name)
+			prefix := base[:strings.LastIndex(base, "-lock-")+len("-lock-")]
+			late, err := admin.Create(path.Join(key, prefix), []byte("a"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.cutOff {
+				p.Blackhole()
+				cctx, ccancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				err := sess.Close(cctx)
+				ccancel()
+				if err == nil {
+					t.Fatal("Close with the link down succeeded: the test shows nothing")
+				}
+				p.Heal()
+			} else if err := sess.Dequeue(ctx, tk); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "the late node of the same guid deleted", func() bool {
+				ok, _, err := admin.Exists(late)
+				return err == nil && !ok
+			})
+		})
 	}
-	base := path.Base(tk.Name)
-	prefix := base[:strings.LastIndex(base, "-lock-")+len("-lock-")]
-	late, err := admin.Create(path.Join(key, prefix), []byte("a"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sess.Dequeue(ctx, tk); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the late node of the same guid deleted", func() bool {
-		ok, _, err := admin.Exists(late)
-		return err == nil && !ok
-	})
 }

@@ -60,9 +60,10 @@ func (s *session) stat(ctx context.Context, p string) (*zk.Stat, bool, error) {
 // Enqueue creates "<key>/_c_<uuid>-lock-<seq>", ephemeral and sequential,
 // with the identity as data. When the reply is lost it finds the node by
 // its uuid. When Enqueue fails (the caller gave up while a create was in
-// flight, the link went down before the node was read), any node it may
-// have made is deleted in the background, once the link is back, while the
-// session lives.
+// flight, the link went down before the node was read, the session
+// expired), any node it may have made is deleted in the background, once
+// the link is back, until it is gone or the Backend closes, whichever of
+// the connection's sessions owns it.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election.Ticket, err error) {
 	// One entry per session and key, as the interface says: a node an
 	// earlier campaign left (its delete failed) is returned, not doubled,

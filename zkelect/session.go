@@ -181,13 +181,16 @@ func (s *session) Close(ctx context.Context) error {
 		if err := s.Dequeue(ctx, election.Ticket{Name: p, Token: z}); err != nil {
 			errs = append(errs, err)
 			s.b.reap(s.id, p, z)
+			s.forget(p) // and the other nodes of its guid, if any
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // reapAny, as the session of reap, deletes the node whichever session owns
-// it: for a node whose name holds a guid of this connection's, created
+// it, without looking at the owner: for a node whose name holds a guid of
+// one of this connection's Enqueues (122 random bits: no other client makes
+// that name), created
 // under whichever session the connection had when its create was sent.
 const reapAny int64 = 0
 
@@ -201,9 +204,13 @@ func (b *Backend) reap(id int64, p string, z uint64) {
 // reapGUID deletes, in the background, every node under key created with
 // guid (by a create whose outcome is unknown: its reply was lost, or its
 // caller gave up), whichever of the connection's sessions owns it, until
-// one read of the queue shows none left or the Backend closes.
+// one read of the queue shows none left or the Backend closes. The read
+// follows a sync, as findByGUID's does.
 func (b *Backend) reapGUID(key, guid string) {
 	b.reapLoop(reapAny, func() bool {
+		if _, err := b.conn.Sync(key); err != nil {
+			return errors.Is(err, zk.ErrNoNode)
+		}
 		children, _, err := b.conn.Children(key)
 		if errors.Is(err, zk.ErrNoNode) {
 			return true
