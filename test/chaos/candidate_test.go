@@ -47,6 +47,7 @@ import (
 //	FREEZE <t>                            it stops itself (SIGUSR1 asked)
 //	LEFT <n> <t>                          ZooKeeper: nodes under the key still
 //	                                      owned by its live session after Close
+//	LEFTERR <t> <error>                   ZooKeeper: they could not be counted
 //	EXIT <t> <Run's error>
 //
 // Closing its stdin ends it gracefully: Run resigns and returns. SIGUSR1
@@ -218,9 +219,10 @@ func candidateMain() int {
 	})
 	_ = e.Close(context.Background())
 	if zb, ok := b.(*zkelect.Backend); ok {
-		n, lerr := ownNodes(zb.Conn(), key, 2*time.Second)
-		if lerr == nil {
+		if n, lerr := ownNodes(zb.Conn(), key, 2*time.Second); lerr == nil {
 			o.line("LEFT %d %d", n, mono())
+		} else {
+			o.line("LEFTERR %d %s", mono(), word(lerr))
 		}
 	}
 	o.line("EXIT %d %s", mono(), word(err))
@@ -289,13 +291,14 @@ func zkSession(c *zk.Conn) (int64, []byte) {
 }
 
 // ownNodes counts the nodes under key that the connection's current
-// session owns, waiting up to wait for the count to reach 0 (the backend
-// deletes some in the background). After the elector's Close there should
-// be none: one would be a node no campaign knows of, which the session
-// keeps, at the head of the queue or on its way there, for as long as the
-// process runs.
+// session owns, waiting up to wait from its first answered read for the
+// count to reach 0 (the backend deletes some in the background), and up to
+// 10 s for that read. After the elector's Close there should be none: one
+// would be a node no campaign knows of, which the session keeps, at the
+// head of the queue or on its way there, for as long as the process runs.
 func ownNodes(c *zk.Conn, key string, wait time.Duration) (int, error) {
-	deadline := time.Now().Add(wait)
+	var deadline time.Time
+	giveUp := time.Now().Add(10 * time.Second)
 	for {
 		id := c.SessionID()
 		children, _, err := c.Children(key)
@@ -303,7 +306,14 @@ func ownNodes(c *zk.Conn, key string, wait time.Duration) (int, error) {
 			return 0, nil
 		}
 		if err != nil {
-			return 0, err
+			if time.Now().After(giveUp) {
+				return 0, err
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(wait)
 		}
 		n := 0
 		for _, ch := range children {

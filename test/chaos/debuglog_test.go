@@ -25,8 +25,11 @@ type ring struct {
 	full  bool
 }
 
+// newRing returns an empty ring of debugLines lines.
 func newRing() *ring { return &ring{lines: make([][]byte, debugLines)} }
 
+// Write keeps p (one encoded log entry) as the newest line, dropping the
+// oldest when the ring is full.
 func (r *ring) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -38,6 +41,7 @@ func (r *ring) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Sync does nothing: the lines stay in memory until dump.
 func (r *ring) Sync() error { return nil }
 
 // dump writes the kept lines, oldest first, to stderr, each after prefix.
