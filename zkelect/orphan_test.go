@@ -153,17 +153,26 @@ func sessionBehindProxy(t *testing.T, ctx context.Context) (*faultproxy.Proxy, *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	b, err := zkelect.Dial(ctx, []string{p.Addr()}, 8*time.Second)
+	b, sess := openSession(t, ctx, []string{p.Addr()}, 8*time.Second)
+	return p, b, sess
+}
+
+// openSession dials servers with session timeout d and opens a session on
+// the Backend; both end with the test, before what the test's earlier
+// Cleanups end.
+func openSession(t *testing.T, ctx context.Context, servers []string, d time.Duration, opts ...zkelect.Option) (*zkelect.Backend, election.Session) {
+	t.Helper()
+	b, err := zkelect.Dial(ctx, servers, d, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: 8 * time.Second, RenewInterval: 8 * time.Second / 3})
+	sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: d, RenewInterval: d / 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sess.Close(context.Background()) })
-	return p, b, sess
+	return b, sess
 }
 
 // TestEnqueue_CreateQueuedAcrossAnExpiryLeavesNoNode: go-zookeeper keeps a
@@ -201,19 +210,10 @@ func TestEnqueue_CreateQueuedAcrossAnExpiryLeavesNoNode(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer p.Close()
+				t.Cleanup(func() { p.Close() })
 				ps, eps = append(ps, p), append(eps, p.Addr())
 			}
-			b, err := zkelect.Dial(ctx, eps, ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sess.Close(context.Background())
+			b, sess := openSession(t, ctx, eps, ttl)
 			admin := rawConn(t, "", "")
 			key := electiontest.Key(t)
 			// A node of the session's, to see the server expire it.

@@ -249,17 +249,9 @@ func TestReap_GivesUpADeleteTheACLRefuses(t *testing.T) {
 	if _, err := admin.Create(key, nil, 0, []zk.ACL{{Perms: zk.PermAll &^ zk.PermDelete, Scheme: "world", ID: "anyone"}}); err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Delete(key, -1) // its child went with the session
+	t.Cleanup(func() { admin.Delete(key, -1) }) // after the Backend's close: its child goes with the session
 	core, logs := observer.New(zap.WarnLevel)
-	b, err := zkelect.Dial(ctx, server.Endpoints(), ttl, zkelect.WithLogger(zap.New(core)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sess := openSession(t, ctx, server.Endpoints(), ttl, zkelect.WithLogger(zap.New(core)))
 	tk, err := sess.Enqueue(ctx, key, "a")
 	if err != nil {
 		t.Fatal(err)
