@@ -188,10 +188,10 @@ func (s *session) Close(ctx context.Context) error {
 }
 
 // reapAny, as the session of reap, deletes the node whichever session owns
-// it, without looking at the owner: for a node whose name holds a guid of
-// one of this connection's Enqueues (122 random bits: no other client makes
-// that name), created
-// under whichever session the connection had when its create was sent.
+// it, without looking at the owner: for a node whose name holds the guid
+// of one of this connection's Enqueues (122 random bits: no other client
+// makes that name), created under whichever session the connection had
+// when its create was sent.
 const reapAny int64 = 0
 
 // reap deletes the node p in the background until it is gone, the
