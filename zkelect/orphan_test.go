@@ -53,11 +53,7 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 			p.Delay(500 * time.Millisecond)
 			ectx, giveUp := context.WithCancel(ctx)
 			defer giveUp()
-			done := make(chan error, 1)
-			go func() {
-				_, err := sess.Enqueue(ectx, key, "a")
-				done <- err
-			}()
+			done := enqueue(ectx, sess, key)
 			var node string
 			waitUntil(t, "the node created", func() bool {
 				c, _, err := admin.Children(key)
@@ -70,7 +66,7 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 			if cut.blackhole {
 				p.Blackhole()
 				giveUp()
-				if err := <-done; err == nil {
+				if r := <-done; r.err == nil {
 					t.Fatal("Enqueue succeeded after its ctx ended with the reply lost")
 				}
 				// go-zookeeper gives the link up after 2/3 of the session
@@ -85,7 +81,7 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 				giveUp()
 				p.Delay(0)
 				p.Cut() // the reply in flight is lost; the client reconnects
-				if err := <-done; err == nil {
+				if r := <-done; r.err == nil {
 					t.Fatal("Enqueue succeeded after its ctx ended with the reply lost")
 				}
 			}
@@ -155,6 +151,23 @@ func sessionBehindProxy(t *testing.T, ctx context.Context) (*faultproxy.Proxy, *
 	t.Cleanup(func() { p.Close() })
 	b, sess := openSession(t, ctx, []string{p.Addr()}, 8*time.Second)
 	return p, b, sess
+}
+
+// enqueued is what an Enqueue run by enqueue returned.
+type enqueued struct {
+	t   election.Ticket
+	err error
+}
+
+// enqueue runs sess.Enqueue(ctx, key, "a") in the background; what it
+// returns arrives on the channel.
+func enqueue(ctx context.Context, sess election.Session, key string) <-chan enqueued {
+	ch := make(chan enqueued, 1)
+	go func() {
+		t, err := sess.Enqueue(ctx, key, "a")
+		ch <- enqueued{t, err}
+	}()
+	return ch
 }
 
 // openSession dials servers with session timeout d and opens a session on
@@ -239,11 +252,7 @@ func TestEnqueue_CreateQueuedAcrossAnExpiryLeavesNoNode(t *testing.T) {
 			// connection.
 			ectx, giveUp := context.WithCancel(ctx)
 			defer giveUp()
-			done := make(chan error, 1)
-			go func() {
-				_, err := sess.Enqueue(ectx, key, "a")
-				done <- err
-			}()
+			done := enqueue(ectx, sess, key)
 			waitUntil(t, "the server to expire the session", func() bool {
 				ok, _, err := admin.Exists(probe.Name)
 				return err == nil && !ok
@@ -252,16 +261,16 @@ func TestEnqueue_CreateQueuedAcrossAnExpiryLeavesNoNode(t *testing.T) {
 			if tc.giveUp {
 				giveUp()
 				want = context.Canceled
-				if err := <-done; !errors.Is(err, want) {
-					t.Fatalf("Enqueue given up: %v, want %v", err, want)
+				if r := <-done; !errors.Is(r.err, want) {
+					t.Fatalf("Enqueue given up: %v, want %v", r.err, want)
 				}
 			}
 			for _, p := range ps {
 				p.Heal()
 			}
 			if !tc.giveUp {
-				if err := <-done; !errors.Is(err, want) {
-					t.Fatalf("Enqueue across the expiry: %v, want %v", err, want)
+				if r := <-done; !errors.Is(r.err, want) {
+					t.Fatalf("Enqueue across the expiry: %v, want %v", r.err, want)
 				}
 			}
 			waitUntil(t, "a new session", func() bool {
@@ -310,22 +319,18 @@ func TestEnqueue_AfterALostReplyItsGUIDGoesWithTheNode(t *testing.T) {
 			// reply is cut on the way back, and Enqueue finds the node by
 			// its guid.
 			p.Delay(500 * time.Millisecond)
-			done := make(chan error, 1)
-			var tk election.Ticket
-			go func() {
-				var err error
-				tk, err = sess.Enqueue(ctx, key, "a")
-				done <- err
-			}()
+			done := enqueue(ctx, sess, key)
 			waitUntil(t, "the node created", func() bool {
 				c, _, err := admin.Children(key)
 				return err == nil && len(c) == 1
 			})
 			p.Delay(0)
 			p.Cut()
-			if err := <-done; err != nil {
-				t.Fatalf("Enqueue with its create's reply lost: %v", err)
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("Enqueue with its create's reply lost: %v", r.err)
 			}
+			tk := r.t
 			base := path.Base(tk.Name)
 			prefix := base[:strings.LastIndex(base, "-lock-")+len("-lock-")]
 			late, err := admin.Create(path.Join(key, prefix), []byte("a"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
