@@ -122,7 +122,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 	undo := func(p string, err error) {
 		switch {
 		case err == nil:
-			s.b.reap(reapAny, p, 0)
+			s.deleteLater(p)
 		case errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer):
 			s.b.reapGUID(key, guid)
 		}
@@ -228,13 +228,7 @@ func (s *session) deleteLater(p string) { s.b.reap(reapAny, p, 0) }
 // follows a sync: the server the connection now uses may lag behind the
 // one that took the lost create.
 func (s *session) findByGUID(ctx context.Context, key, guid string) (string, error) {
-	children, err := call(ctx, s.b, func() ([]string, error) {
-		if _, err := s.b.conn.Sync(key); err != nil {
-			return nil, err
-		}
-		c, _, err := s.b.conn.Children(key)
-		return c, err
-	}, nil)
+	children, err := call(ctx, s.b, func() ([]string, error) { return s.b.syncedChildren(key) }, nil)
 	if errors.Is(err, zk.ErrNoNode) {
 		return "", nil
 	}

@@ -208,10 +208,7 @@ func (b *Backend) reap(id int64, p string, z uint64) {
 // follows a sync, as findByGUID's does.
 func (b *Backend) reapGUID(key, guid string) {
 	b.reapLoop(reapAny, func() bool {
-		if _, err := b.conn.Sync(key); err != nil {
-			return errors.Is(err, zk.ErrNoNode)
-		}
-		children, _, err := b.conn.Children(key)
+		children, err := b.syncedChildren(key)
 		if errors.Is(err, zk.ErrNoNode) {
 			return true
 		}
@@ -226,6 +223,18 @@ func (b *Backend) reapGUID(key, guid string) {
 		}
 		return clean
 	})
+}
+
+// syncedChildren reads key's children after a sync, so that the server the
+// connection now uses has applied every write the ensemble's leader had
+// committed when the sync reached it (a create whose reply was lost
+// included, if it was committed by then).
+func (b *Backend) syncedChildren(key string) ([]string, error) {
+	if _, err := b.conn.Sync(key); err != nil {
+		return nil, err
+	}
+	c, _, err := b.conn.Children(key)
+	return c, err
 }
 
 // deleteOwned deletes p if session id owns it (any session with reapAny)
