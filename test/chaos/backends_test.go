@@ -292,9 +292,46 @@ func (s *zkServers) Expire(t *termInfo) error {
 	return errors.Join(errs...)
 }
 
+// zkAdminTimeout bounds each of the checker's ZooKeeper reads: go-zookeeper
+// calls take no deadline, and one queued while no server answers (a
+// restart, a killed leader) waits until the client gives up on every
+// server.
+const zkAdminTimeout = 5 * time.Second
+
+// bounded runs f, a go-zookeeper call, and gives up waiting for it after d
+// (the call itself runs on until the client answers it).
+func bounded[T any](d time.Duration, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-t.C:
+		var zero T
+		return zero, fmt.Errorf("chaos: zookeeper admin read: no answer in %v", d)
+	}
+}
+
+// children reads key's children within zkAdminTimeout.
+func (s *zkServers) children(key string) ([]string, error) {
+	return bounded(zkAdminTimeout, func() ([]string, error) {
+		c, _, err := s.admin.Children(key)
+		return c, err
+	})
+}
+
 // Holder: the child with the lowest sequence, whose czxid is the token.
 func (s *zkServers) Holder(key string) (uint64, error) {
-	children, _, err := s.admin.Children(key)
+	children, err := s.children(key)
 	if errors.Is(err, zk.ErrNoNode) {
 		return 0, nil
 	}
@@ -314,7 +351,13 @@ func (s *zkServers) Holder(key string) (uint64, error) {
 	if head == "" {
 		return 0, nil
 	}
-	_, st, err := s.admin.Exists(key + "/" + head)
+	st, err := bounded(zkAdminTimeout, func() (*zk.Stat, error) {
+		ok, st, err := s.admin.Exists(key + "/" + head)
+		if !ok {
+			st = nil
+		}
+		return st, err
+	})
 	if err != nil || st == nil {
 		return 0, err
 	}
@@ -322,7 +365,7 @@ func (s *zkServers) Holder(key string) (uint64, error) {
 }
 
 func (s *zkServers) Entries(key string) (int, error) {
-	children, _, err := s.admin.Children(key)
+	children, err := s.children(key)
 	if errors.Is(err, zk.ErrNoNode) {
 		return 0, nil
 	}
@@ -337,15 +380,22 @@ func (s *zkServers) LeaderChanges() float64 { return 0 }
 
 func (s *zkServers) Diagnose(key string) string {
 	var b strings.Builder
-	children, _, err := s.admin.Children(key)
+	children, err := s.children(key)
 	fmt.Fprintf(&b, "zookeeper %s: children %v (err %v)", key, children, err)
+	type node struct {
+		data []byte
+		st   *zk.Stat
+	}
 	for _, c := range children {
-		data, st, err := s.admin.Get(key + "/" + c)
+		n, err := bounded(zkAdminTimeout, func() (node, error) {
+			data, st, err := s.admin.Get(key + "/" + c)
+			return node{data, st}, err
+		})
 		if err != nil {
 			fmt.Fprintf(&b, "\n  %s: %v", c, err)
 			continue
 		}
-		fmt.Fprintf(&b, "\n  %s = %s (czxid %d, owner %#x)", c, data, st.Czxid, st.EphemeralOwner)
+		fmt.Fprintf(&b, "\n  %s = %s (czxid %d, owner %#x)", c, n.data, n.st.Czxid, n.st.EphemeralOwner)
 	}
 	for i, ep := range s.e.Endpoints() {
 		c, err := net.DialTimeout("tcp", ep, time.Second)

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -72,5 +73,28 @@ func TestHolder_IsTheElectedTerm(t *testing.T) {
 				t.Fatalf("Holder after the resignation = %d, %v; want 0", h, err)
 			}
 		})
+	}
+}
+
+// TestBounded_GivesUpOnACallThatDoesNotReturn: the checker's ZooKeeper
+// reads give up after their bound instead of waiting on a client that has
+// no server, and pass an answer through when one comes.
+func TestBounded_GivesUpOnACallThatDoesNotReturn(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	start := time.Now()
+	_, err := bounded(100*time.Millisecond, func() (int, error) {
+		<-release
+		return 1, nil
+	})
+	if err == nil {
+		t.Fatal("bounded returned no error for a call that never answered")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("bounded gave up after %v, want about 100ms", d)
+	}
+	v, err := bounded(time.Minute, func() (int, error) { return 7, errors.New("boom") })
+	if v != 7 || err == nil || err.Error() != "boom" {
+		t.Fatalf("bounded(answering call) = %d, %v; want 7, boom", v, err)
 	}
 }
