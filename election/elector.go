@@ -419,11 +419,18 @@ func (e *Elector) failCampaign(ctx context.Context, l *lease, t Ticket, err erro
 // campaignErr classifies a failed campaign: a refusal of the
 // configuration (permission denied, a bad key) first, since the backend may
 // end the session because of it (it could not delete what it may have
-// written); then the session's end; then the caller's ctx; then the
+// written); then the caller's ctx (a backend may end the session when the
+// caller gives up, see campaign); then the session's end; then the
 // backend's own error.
 func (e *Elector) campaignErr(ctx context.Context, l *lease, err error) error {
 	if errors.Is(err, tenure.ErrInvalidConfig) {
 		return err
+	}
+	if ctx.Err() != nil {
+		// The caller gave up. The session may have ended meanwhile (a
+		// backend ends it when a write given up in flight could still
+		// land), but that is not why the campaign failed.
+		return e.ctxErr(ctx, err)
 	}
 	if l.ctx.Err() != nil {
 		cause := context.Cause(l.ctx)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
@@ -16,16 +17,17 @@ import (
 )
 
 // TestEnqueue_GivenUpUndeletableEntryEndsTheSession: a campaign given up
-// while its put is in flight deletes the entry the put may have made. When
-// that delete fails as well, the session must end, so that its lease (and
-// the entry with it) goes: the entry's name is the session's, and a
-// session kept alive would keep at the head of the queue an entry that no
-// campaign knows of, for as long as the process runs.
+// while its put is in flight ends its session, so that its lease (and the
+// entry the put may have made) goes: the entry's name is the session's, and
+// a session kept alive would keep at the head of the queue an entry that no
+// campaign knows of, for as long as the process runs. When the revoke is
+// refused too, the lease, no longer renewed, must expire.
 //
 // The put goes through a proxy that holds every byte for 1 s; the campaign
 // gives up after 600 ms, while the put is on its way. As soon as the put
-// lands, the service's role loses its write permission, so the clean-up
-// delete, 600 ms behind the put, is refused; then the permission is back.
+// lands, the service's role loses its write permission, so the revoke,
+// behind the put, is refused (etcd lets only a user who may write every key
+// of a lease revoke it); then the permission is back.
 func TestEnqueue_GivenUpUndeletableEntryEndsTheSession(t *testing.T) {
 	s := startSecureEtcd(t)
 	p, err := faultproxy.New(s.endpoint)
@@ -173,4 +175,74 @@ func TestTryPolling_KeepsNoWatchBacklog(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("WatchLoss did not see the entry's delete within 5 s")
 	}
+}
+
+// TestEnqueue_GivenUpPutThatLandsLateLeavesNoEntry: the client spreads its
+// requests over its endpoints, so a put given up in flight on a slow one
+// can land after a clean-up delete sent on a fast one: the delete finds
+// nothing, and the put then makes an entry under the session's live lease
+// that no campaign knows of, at the head of the queue for as long as the
+// session lives. A given-up put must end the session and revoke its lease,
+// which refuses the put whenever it lands.
+//
+// Two proxies lead to the one server; one holds every byte for 1 s. Each
+// try opens a session, arms the delay and gives the put 300 ms; whichever
+// endpoint the put and the clean-up take, no entry may stand once the
+// held bytes have arrived.
+func TestEnqueue_GivenUpPutThatLandsLateLeavesNoEntry(t *testing.T) {
+	ctx := ctxT(t, 120*time.Second)
+	key := electiontest.Key(t)
+	slow, err := faultproxy.New(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fast, err := faultproxy.New(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{slow.Addr(), fast.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
+	b := etcdelect.New(cli)
+	gaveUp := 0
+	for try := range 12 {
+		s, err := b.OpenSession(ctx, election.SessionOptions{TTL: 10 * time.Second, RenewInterval: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow.Delay(time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		tk, enqErr := s.Enqueue(cctx, key, "a")
+		cancel()
+		slow.Delay(0)
+		time.Sleep(1500 * time.Millisecond) // the held bytes arrive
+		if enqErr == nil {
+			if err := s.Dequeue(ctx, tk); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			gaveUp++
+			r, err := admin.Get(ctx, key+"/", clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Kvs) > 0 {
+				t.Fatalf("try %d: Enqueue gave up (%v), yet entry %s (lease %x) stands 1.5 s later", try, enqErr, r.Kvs[0].Key, r.Kvs[0].Lease)
+			}
+		}
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gaveUp == 0 {
+		t.Fatal("no Enqueue gave up: the slow endpoint never held a put")
+	}
+	t.Logf("%d of 12 puts given up in flight, no entry left", gaveUp)
 }

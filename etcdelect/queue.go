@@ -19,10 +19,12 @@ import (
 // lease unless the session already has that entry. The transaction is
 // idempotent, so transient failures are retried until ctx ends (the elector
 // ends it when the session can no longer be trusted). When it gives up with
-// the outcome unknown, it deletes the entry on a fresh context; when that
-// fails too, it ends the session, whose lease takes the entry with it (a
-// TTL later at the latest): kept alive, an entry no campaign knows of would
-// hold the queue for as long as the session lives.
+// the put's outcome unknown, it ends the session and revokes its lease: the
+// put may still be on its way, and may land after anything sent now (the
+// client spreads requests over the endpoints, and a slow one can deliver the
+// put after a fast one has delivered a delete), but a put under a revoked
+// lease is refused whenever it lands. Kept alive, an entry no campaign knows
+// of would hold the queue for as long as the session lives.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
 	name := entryName(key, s.id)
 	s.drainOwnWatch(name)
@@ -38,10 +40,18 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 			break
 		}
 		err = translate("enqueue", err)
-		if !errors.Is(err, tenure.ErrUnavailable) || !pause(ctx) {
-			s.deleteOwn(ctx, name)
-			return election.Ticket{}, err
+		if errors.Is(err, tenure.ErrUnavailable) && pause(ctx) {
+			continue
 		}
+		switch {
+		case errors.Is(err, tenure.ErrInvalidConfig):
+			// Refused (permission denied): nothing was written.
+		case errors.Is(err, tenure.ErrSessionExpired):
+			s.expired(err) // the lease is gone, and any entry with it
+		default:
+			s.abandon(fmt.Errorf("a put of entry %s was given up with its outcome unknown: %w", name, err))
+		}
+		return election.Ticket{}, err
 	}
 	t := election.Ticket{Key: key, Identity: identity, Name: name, Token: uint64(resp.Header.Revision)}
 	if !resp.Succeeded {
@@ -54,18 +64,20 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 	return t, nil
 }
 
-// deleteOwn deletes name if it is attached to this session's lease, or
-// ends the session when it cannot.
-func (s *session) deleteOwn(ctx context.Context, name string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.TTL)
+// abandonRevokeTimeout bounds the revoke of an abandoned session; when it
+// fails, the lease, no longer renewed, expires a TTL after its last
+// renewal.
+const abandonRevokeTimeout = 2 * time.Second
+
+// abandon ends the session, stops its renewals and revokes its lease,
+// which deletes its entries and refuses any put still on its way.
+func (s *session) abandon(cause error) {
+	s.expired(cause)
+	s.stop()
+	<-s.loopDone
+	ctx, cancel := context.WithTimeout(context.Background(), min(abandonRevokeTimeout, s.opts.TTL))
 	defer cancel()
-	_, err := s.cli.Txn(cctx).
-		If(clientv3.Compare(clientv3.LeaseValue(name), "=", s.id)).
-		Then(clientv3.OpDelete(name)).
-		Commit()
-	if err != nil {
-		s.expired(fmt.Errorf("entry %s may stand after a failed enqueue and could not be deleted: %w", name, err))
-	}
+	_, _ = s.cli.Revoke(ctx, s.id)
 }
 
 // read returns t's own entry (nil when gone or replaced) and the newest
