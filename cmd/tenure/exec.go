@@ -62,7 +62,9 @@ terminal, so give a CMD that reads input a file or a pipe.
 
 If leadership is lost while CMD runs (the lease could not be renewed), CMD
 gets SIGTERM and, --grace later, SIGKILL, both before the server can
-expire the lease and elect another holder; tenure then exits 4. If tenure
+expire the lease and elect another holder; what CMD leaves running gets
+its SIGKILL by the same deadline, even if CMD exits before it. tenure then
+exits 4. If tenure
 itself is killed, the kernel kills CMD, and a guard process (tenure
 __guard) kills what is left of CMD's process group.
 
@@ -334,20 +336,57 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		fmt.Fprintf(stderr, "tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
 		guardDone = func() {}
 	}
-	// CMD is done, and so is what it left running: nothing of it outlives
-	// KEY. Then the guard may go, and only then is KEY released.
+	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, s) }
+	signalled := false
+
+	// Leadership lost: SIGTERM, and SIGKILL at killAt, both before the
+	// server can expire the lease; or SIGKILL at once when the lease or
+	// the key is already gone.
+	var killAt time.Time
+	lostLead := false
+	onLost := func() {
+		lostLead = true
+		reason := e.Err()
+		if errors.Is(reason, tenure.ErrLeaseExpired) && f.grace > 0 {
+			// The server cannot have expired the lease yet: SIGTERM now,
+			// SIGKILL after grace, both inside the margin.
+			signalGroup(syscall.SIGTERM)
+			killAt = time.Now().Add(f.grace)
+		} else {
+			// The lease or the key is already gone: another holder may
+			// be running. Stop at once.
+			signalGroup(syscall.SIGKILL)
+			killAt = time.Now()
+		}
+		fmt.Fprintf(stderr, "tenure exec: lost leadership of %s: %s; stopping %s\n", term, oneLine(reason), argv[0])
+	}
+	lost := e.Done()
+	// CMD is done; so must be what it left running, nothing of which may
+	// outlive KEY: SIGTERM, and SIGKILL --grace later, or at killAt if
+	// that comes first, including when leadership is lost meanwhile. Then
+	// the guard may go, and only then is KEY released.
 	ended := func() {
-		stopGroup(cmd.Process.Pid, f.grace)
+		by := time.Now().Add(f.grace)
+		stopGroup(cmd.Process.Pid, func() time.Time {
+			if lost != nil {
+				select {
+				case <-lost:
+					lost = nil
+					onLost()
+				default:
+				}
+			}
+			if lostLead && killAt.Before(by) {
+				return killAt
+			}
+			return by
+		})
 		guardDone()
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, s) }
-	signalled := false
 
-	lost := e.Done()
 	var kill <-chan time.Time
-	lostLead := false
 	for {
 		select {
 		case err := <-waited:
@@ -369,19 +408,10 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			fmt.Fprintf(stderr, "tenure exec: %v: sent SIGTERM to %s (another signal sends SIGKILL)\n", s, argv[0])
 		case <-lost:
 			lost = nil
-			lostLead = true
-			reason := e.Err()
-			if errors.Is(reason, tenure.ErrLeaseExpired) && f.grace > 0 {
-				// The server cannot have expired the lease yet: SIGTERM now,
-				// SIGKILL after grace, both inside the margin.
-				signalGroup(syscall.SIGTERM)
-				kill = time.After(f.grace)
-			} else {
-				// The lease or the key is already gone: another holder may
-				// be running. Stop at once.
-				signalGroup(syscall.SIGKILL)
+			onLost()
+			if d := time.Until(killAt); d > 0 {
+				kill = time.After(d)
 			}
-			fmt.Fprintf(stderr, "tenure exec: lost leadership of %s: %s; stopping %s\n", term, oneLine(reason), argv[0])
 		case <-kill:
 			kill = nil
 			signalGroup(syscall.SIGKILL)
@@ -393,11 +423,13 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 const prSetChildSubreaper = 36
 
 // stopGroup ends what is left of the process group pgid once its leader
-// (CMD) has exited and been reaped: SIGTERM, and SIGKILL after grace if
-// anything remains. An empty group costs one kill(2) probe. The group's
-// dead are reaped as they go (they are tenure's children, see the
-// subreaper in supervise): a zombie would count as alive.
-func stopGroup(pgid int, grace time.Duration) {
+// (CMD) has exited and been reaped: SIGTERM, and SIGKILL at killBy() if
+// anything remains (SIGKILL at once when that has passed already). killBy
+// is asked again every 10 ms while it waits: it may come nearer. An empty
+// group costs one kill(2) probe. The group's dead are reaped as they go
+// (they are tenure's children, see the subreaper in supervise): a zombie
+// would count as alive.
+func stopGroup(pgid int, killBy func() time.Time) {
 	gone := func() bool {
 		for {
 			var ws syscall.WaitStatus
@@ -410,10 +442,13 @@ func stopGroup(pgid int, grace time.Duration) {
 	if gone() {
 		return
 	}
+	if !time.Now().Before(killBy()) {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		return
+	}
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
 	for !gone() {
-		if time.Now().After(deadline) {
+		if !time.Now().Before(killBy()) {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			return
 		}

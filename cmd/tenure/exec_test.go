@@ -220,6 +220,45 @@ func testCutOff(t *testing.T, v env) {
 	}
 }
 
+// TestExec_CutOffLeftoversDieByTheKillDeadline: a cut-off holder's CMD
+// gets SIGTERM at the lease deadline and SIGKILL --grace later, before the
+// server can expire the lease. A CMD that exits within --grace but leaves a
+// child running that ignores SIGTERM must not buy that child a fresh
+// --grace: it gets SIGKILL at the same deadline as CMD would have, before
+// the next holder starts.
+func TestExec_CutOffLeftoversDieByTheKillDeadline(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	proxy, err := faultproxy.New(v.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	alive := path(dir, "child-alive")
+	script := `(trap '' TERM; while :; do date +%s%N > ` + alive + `.tmp; mv ` + alive + `.tmp ` + alive + `; sleep 0.01; done) &
+trap 'sleep 1.2; exit 0' TERM; echo $$ > ` + path(dir, "a-pid") + `; while :; do sleep 0.01; done`
+	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "3s", "--grace", "1500ms", "--", "sh", "-c", script)...)
+	pidIn(t, path(dir, "a-pid"))
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "3s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
+	cut := time.Now()
+	proxy.Blackhole()
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
+	if code := a.wait(t, 5*time.Second); code != exitLostLead {
+		t.Fatalf("cut-off holder exited %d, want %d; stderr: %s", code, exitLostLead, a.stderr)
+	}
+	time.Sleep(100 * time.Millisecond)
+	lastAlive := nanos(t, waitFile(t, alive, time.Second))
+	t.Logf("cut off: the command's child last alive %v after the cut, the successor started %v after (%v later)",
+		lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
+	if !lastAlive.Before(bStart) {
+		t.Fatalf("the cut-off holder's leftover child was alive %v after the successor started", lastAlive.Sub(bStart))
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
+}
+
 func TestExec_ExitsWithCommandStatus(t *testing.T) { eachBackend(t, testExitStatus) }
 
 func testExitStatus(t *testing.T, v env) {
