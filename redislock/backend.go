@@ -204,8 +204,10 @@ func (b *Backend) quorum() int { return len(b.masters)/2 + 1 }
 const MaxKeyLen = 512
 
 // CheckKey implements election.Backend: a key is valid UTF-8 of 1 to
-// MaxKeyLen bytes, without spaces or control characters, and does not end
-// in ":fence" (the suffix of the token counters).
+// MaxKeyLen bytes, without spaces or control characters, and is none of
+// the backend's own keys for another lock: it does not end in ":fence" (the
+// token counters) or ":waiting" (the waiting sets), and does not contain
+// ":gone:" (the tombstones of given-up campaigns).
 func (b *Backend) CheckKey(key string) error { return CheckKey(key) }
 
 // CheckKey is Backend.CheckKey, usable before a backend exists.
@@ -222,6 +224,10 @@ func CheckKey(key string) error {
 		return bad("is not valid UTF-8")
 	case strings.HasSuffix(key, fenceSuffix):
 		return bad("ends in " + fenceSuffix + ", the suffix of tenure's token counters")
+	case strings.HasSuffix(key, waitingSuffix):
+		return bad("ends in " + waitingSuffix + ", the suffix of tenure's waiting sets")
+	case strings.Contains(key, goneInfix):
+		return bad("contains " + goneInfix + ", the infix of tenure's tombstones")
 	}
 	for _, r := range key {
 		if unicode.IsSpace(r) || unicode.IsControl(r) {

@@ -394,7 +394,7 @@ func TestMutexAndFencesRefuseRedis(t *testing.T) {
 // TestBadInput: invalid keys, TTLs, endpoints and options give clear errors.
 func TestBadInput(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
-	for _, key := range []string{"", "a b", "x\n", "report:fence", strings.Repeat("k", redislock.MaxKeyLen+1), "\xff"} {
+	for _, key := range []string{"", "a b", "x\n", "report:fence", "jobs:waiting", "jobs:gone:1f2e", strings.Repeat("k", redislock.MaxKeyLen+1), "\xff"} {
 		if err := redislock.CheckKey(key); !errors.Is(err, tenure.ErrInvalidConfig) {
 			t.Errorf("CheckKey(%q) = %v, want ErrInvalidConfig", key, err)
 		}
