@@ -149,3 +149,64 @@ func TestBadInput_EtcdLeaselessEntryNameIsSkipped(t *testing.T) {
 		t.Fatalf("keys = %q: want the hand-put key untouched and the leader's", got)
 	}
 }
+
+// TestBadInput_EtcdLeaderEntryDetachedFromItsLease: a put of the leader's
+// own entry without its lease (etcdctl put <entry> x) keeps the entry's
+// create revision but detaches it from the session: the waiters stop
+// counting it as an entry (after a TTL, see the test above) and the next
+// one leads. The leader must count the entry lost at once, and so never
+// lead beside its successor.
+func TestBadInput_EtcdLeaderEntryDetachedFromItsLease(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := electiontest.Key(t)
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
+	const ttl = 2 * time.Second
+	elector := func(id string) *election.Elector {
+		cli := newClient(t, endpoint)
+		t.Cleanup(func() { cli.Close() })
+		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	a, b := elector("a"), elector("b")
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elected := make(chan tenure.Term, 1)
+	go func() {
+		if tb, err := b.Campaign(ctx); err == nil {
+			elected <- tb
+		}
+	}()
+	waitPos(t, b, 1)
+	detached := time.Now()
+	if _, err := admin.Put(ctx, ta.Entry, "a"); err != nil { // no lease
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+		t.Logf("a's term ended %v after its entry was detached: %v", time.Since(detached), a.Err())
+	case <-time.After(ttl):
+		t.Fatalf("a still leads %v after its entry was detached from its lease", ttl)
+	}
+	if !errors.Is(a.Err(), tenure.ErrOwnershipLost) {
+		t.Fatalf("a's term ended with %v, want ErrOwnershipLost", a.Err())
+	}
+	select {
+	case tb := <-elected:
+		if a.IsLeader() {
+			t.Fatalf("two leaders: a (token %d) and b (token %d)", ta.Token, tb.Token)
+		}
+		if tb.Token <= ta.Token {
+			t.Fatalf("b's token %d is not above a's %d", tb.Token, ta.Token)
+		}
+	case <-time.After(3 * ttl):
+		t.Fatalf("b not elected within %v of the detachment", 3*ttl)
+	}
+}

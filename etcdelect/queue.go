@@ -127,6 +127,19 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool, minRev 
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && uint64(kvs[0].CreateRevision) == t.Token {
 		own = kvs[0]
 	}
+	if own != nil && own.Version != 1 {
+		// tenure puts an entry once: someone else has written it since.
+		// A keys-only read carries no lease; read the entry whole, and
+		// count it as ours only if it is still attached to the session's
+		// lease (waiters count an entry without it as no contender).
+		g, err := s.cli.Get(ctx, t.Name, clientv3.WithRev(rev))
+		if err != nil {
+			return nil, nil, false, 0, 0, translate("read own entry", err)
+		}
+		if len(g.Kvs) != 1 || uint64(g.Kvs[0].CreateRevision) != t.Token || clientv3.LeaseID(g.Kvs[0].Lease) != s.id {
+			own = nil
+		}
+	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
 	if !all && len(kvs) > 0 {
 		if _, ok := parseEntry(t.Key, kvs[0].Key); ok && !s.skipped(kvs[0]) {
@@ -313,7 +326,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 				return 0, errOwnWatch
 			}
 			for _, ev := range wr.Events {
-				if lostBy(ev, t.Token) {
+				if lostBy(ev, t.Token, s.id) {
 					return 0, errOwnGone
 				}
 			}
@@ -336,14 +349,17 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 }
 
 // lostBy reports whether ev, from the watch on a session's entry name,
-// ends the entry created at revision token: a delete after it, or a put of
-// a newer entry. Events of the session's earlier entries under the same
-// name (a resigned term's delete, its put) are older and do not count.
-func lostBy(ev *clientv3.Event, token uint64) bool {
+// ends the entry created at revision token under lease: a delete after it,
+// a put of a newer entry, or a put that detaches it from the lease (such as
+// `etcdctl put <entry> x`, after which the waiters no longer count it as an
+// entry). Events of the session's earlier entries under the same name (a
+// resigned term's delete, its put) are older and do not count.
+func lostBy(ev *clientv3.Event, token uint64, lease clientv3.LeaseID) bool {
 	if ev.Type == clientv3.EventTypeDelete {
 		return uint64(ev.Kv.ModRevision) > token
 	}
-	return uint64(ev.Kv.CreateRevision) > token
+	c := uint64(ev.Kv.CreateRevision)
+	return c > token || c == token && clientv3.LeaseID(ev.Kv.Lease) != lease
 }
 
 // WatchLoss waits until t's entry is deleted or replaced. It reads from the
@@ -386,21 +402,21 @@ func (s *session) awaitOwnLoss(ctx context.Context, w *ownWatch, t election.Tick
 	if !s.provenBy(w, t) {
 		// A newer watch: every change after its creation is in it, and
 		// this read shows whether the entry outlived the old one.
-		g, err := s.cli.Get(ctx, t.Name, clientv3.WithKeysOnly())
+		g, err := s.cli.Get(ctx, t.Name)
 		if err != nil {
 			return err
 		}
-		if len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token {
+		if len(g.Kvs) == 0 || uint64(g.Kvs[0].CreateRevision) != t.Token || clientv3.LeaseID(g.Kvs[0].Lease) != s.id {
 			return errOwnGone
 		}
 		s.prove(w, t)
 	}
-	return awaitLoss(ctx, w.ch, t)
+	return awaitLoss(ctx, w.ch, t, s.id)
 }
 
-// awaitLoss returns errOwnGone when t's entry is deleted or replaced,
-// errOwnWatch when the watch fails, nil when ctx ends.
-func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket) error {
+// awaitLoss returns errOwnGone when t's entry is deleted, replaced or
+// detached from lease, errOwnWatch when the watch fails, nil when ctx ends.
+func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket, lease clientv3.LeaseID) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -410,7 +426,7 @@ func awaitLoss(ctx context.Context, wch clientv3.WatchChan, t election.Ticket) e
 				return errOwnWatch
 			}
 			for _, ev := range wr.Events {
-				if lostBy(ev, t.Token) {
+				if lostBy(ev, t.Token, lease) {
 					return errOwnGone
 				}
 			}

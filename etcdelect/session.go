@@ -135,5 +135,5 @@ func (s *session) lost(ctx context.Context, t election.Ticket) error {
 	if err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return s.expired(fmt.Errorf("entry %s deleted with its lease", t.Name))
 	}
-	return fmt.Errorf("%w: etcd entry %s (revision %d) was deleted or replaced", tenure.ErrOwnershipLost, t.Name, t.Token)
+	return fmt.Errorf("%w: etcd entry %s (revision %d) was deleted, replaced or detached from the session's lease", tenure.ErrOwnershipLost, t.Name, t.Token)
 }
