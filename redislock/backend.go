@@ -43,6 +43,17 @@ type Options struct {
 	// ChannelPrefix prefixes the pub/sub channel of a key. Default:
 	// "tenure:".
 	ChannelPrefix string
+	// MasterTimeout bounds the wait for each master's answer when there
+	// are several (Redlock's per-instance timeout, small against the
+	// TTL): a master that is cut off, whose connection accepts and never
+	// answers, must not hold up an acquisition that the other masters can
+	// grant. A master that has not answered in time counts as failed, and
+	// its call as possibly done (a try is then undone on every master, as
+	// after a lost reply). A try or renewal returns as soon as a quorum
+	// has granted it. Default: a tenth of the session's TTL, and 1 s for
+	// Leader and Observe. With one master, only the TTL (and the client's
+	// own timeouts) bound a call.
+	MasterTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -61,6 +72,9 @@ func (o Options) withDefaults() Options {
 func (o Options) validate() error {
 	if o.DriftFactor < 0 || o.DriftFactor >= 0.5 {
 		return fmt.Errorf("%w: redislock: DriftFactor %v must be in [0, 0.5)", tenure.ErrInvalidConfig, o.DriftFactor)
+	}
+	if o.MasterTimeout < 0 {
+		return fmt.Errorf("%w: redislock: MasterTimeout %v must not be negative", tenure.ErrInvalidConfig, o.MasterTimeout)
 	}
 	if o.PollInterval < time.Millisecond {
 		return fmt.Errorf("%w: redislock: PollInterval %v must be at least 1ms", tenure.ErrInvalidConfig, o.PollInterval)
@@ -152,7 +166,7 @@ func Dial(ctx context.Context, addrs []string, base *redis.Options, opts Options
 		return nil, err
 	}
 	b.owned = true
-	if _, err := b.pingQuorum(ctx); err != nil {
+	if _, err := b.pingQuorum(ctx, b.leaderTimeout()); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -411,26 +425,123 @@ type reply struct {
 	err error
 }
 
-// each runs f on every master concurrently and returns the replies in
-// master order.
-func (b *Backend) each(ctx context.Context, f func(ctx context.Context, c *redis.Client) (any, error)) []reply {
+// errNoAnswer marks a master that had not answered when a fan-out stopped
+// waiting (its bound passed, ctx ended, or a quorum had already answered):
+// its call may still run, and may still take effect.
+var errNoAnswer = errors.New("no answer in time")
+
+// fanOut runs f on every master concurrently and returns the replies in
+// master order: once every master has answered, or a quorum of replies
+// satisfy enough (when not nil), or ctx ends, or per (when positive) has
+// passed. Each call's ctx ends after per as well (go-redis sets its socket
+// deadlines from it). A master without an answer by then has errNoAnswer,
+// joined with ctx's error when ctx ended: go-redis does not stop a call
+// blocked on a socket when ctx is cancelled, only at its deadline, so a
+// cut-off master (a connection that accepts and never answers) would
+// otherwise hold up the others, and the caller, until the client's read
+// timeout. The calls left behind end by per, or by the client's timeouts;
+// late, when not nil, gets each of their replies (to close what it holds).
+func (b *Backend) fanOut(ctx context.Context, per time.Duration, enough func(reply) bool, late func(reply), f func(ctx context.Context, c *redis.Client) (any, error)) []reply {
 	out := make([]reply, len(b.masters))
-	if len(b.masters) == 1 {
-		v, err := f(ctx, b.masters[0])
-		out[0] = reply{0, v, err}
-		return out
+	answered := make([]bool, len(b.masters))
+	ch := make(chan reply, len(b.masters))
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if per > 0 {
+		cctx, cancel = context.WithTimeout(ctx, per)
 	}
-	var wg sync.WaitGroup
 	for i, c := range b.masters {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			v, err := f(ctx, c)
-			out[i] = reply{i, v, err}
+			v, err := f(cctx, c)
+			ch <- reply{i, v, err}
 		}()
 	}
-	wg.Wait()
+	// The calls' ctx ends once all have answered, or with per: the
+	// goroutines of calls given up on go on until then.
+	defer func() {
+		left := len(b.masters) - count(answered)
+		if left == 0 {
+			cancel()
+			return
+		}
+		go func() {
+			for range left {
+				if r := <-ch; late != nil {
+					late(r)
+				}
+			}
+			cancel()
+		}()
+	}()
+	var timeout <-chan time.Time
+	if per > 0 {
+		t := time.NewTimer(per)
+		defer t.Stop()
+		timeout = t.C
+	}
+	good := 0
+	for n := 0; n < len(b.masters); n++ {
+		select {
+		case r := <-ch:
+			out[r.i], answered[r.i] = r, true
+			if enough != nil && enough(r) {
+				if good++; good >= b.quorum() {
+					return b.unanswered(out, answered, nil)
+				}
+			}
+		case <-ctx.Done():
+			return b.unanswered(out, answered, ctx.Err())
+		case <-timeout:
+			return b.unanswered(out, answered, nil)
+		}
+	}
 	return out
+}
+
+// unanswered sets errNoAnswer (joined with cause) in the replies of the
+// masters that have not answered.
+func (b *Backend) unanswered(out []reply, answered []bool, cause error) []reply {
+	for i, ok := range answered {
+		if !ok {
+			out[i] = reply{i, nil, errors.Join(errNoAnswer, cause)}
+		}
+	}
+	return out
+}
+
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// leaderTimeout is fanOut's bound for the reads outside a session
+// (Leader): Options.MasterTimeout, or 1 s, with several masters; none but
+// ctx and the client's timeouts with one.
+func (b *Backend) leaderTimeout() time.Duration {
+	switch {
+	case len(b.masters) == 1:
+		return 0
+	case b.opts.MasterTimeout > 0:
+		return b.opts.MasterTimeout
+	}
+	return time.Second
+}
+
+// masterTimeout is fanOut's bound for a session's calls: with several
+// masters, Options.MasterTimeout or ttl/10; with one, the TTL (no other
+// master can answer instead, and an answer later than the TTL is of no use).
+func (b *Backend) masterTimeout(ttl time.Duration) time.Duration {
+	if len(b.masters) == 1 {
+		return ttl
+	}
+	if b.opts.MasterTimeout > 0 {
+		return b.opts.MasterTimeout
+	}
+	return ttl / 10
 }
 
 // quorumErr explains a fan-out that did not reach a quorum, naming the
@@ -474,10 +585,11 @@ func refused(errs []error) bool {
 	return false
 }
 
-// pingQuorum pings every master and returns how many answered, or an error
-// when fewer than a quorum did.
-func (b *Backend) pingQuorum(ctx context.Context) (int, error) {
-	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+// pingQuorum pings every master, each bounded by per (see fanOut), and
+// returns how many answered, or an error when fewer than a quorum did. It
+// returns as soon as a quorum has answered.
+func (b *Backend) pingQuorum(ctx context.Context, per time.Duration) (int, error) {
+	rs := b.fanOut(ctx, per, func(r reply) bool { return r.err == nil }, nil, func(ctx context.Context, c *redis.Client) (any, error) {
 		return c.Ping(ctx).Result()
 	})
 	ok := 0
@@ -510,7 +622,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		now = time.Now
 	}
 	sent := now()
-	if _, err := b.pingQuorum(ctx); err != nil {
+	if _, err := b.pingQuorum(ctx, b.masterTimeout(opts.TTL)); err != nil {
 		return nil, err
 	}
 	s := &session{
@@ -533,7 +645,7 @@ func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error)
 	if err := CheckKey(key); err != nil {
 		return tenure.Leader{}, err
 	}
-	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+	rs := b.fanOut(ctx, b.leaderTimeout(), nil, nil, func(ctx context.Context, c *redis.Client) (any, error) {
 		v, err := c.Get(ctx, key).Result()
 		if errors.Is(err, redis.Nil) {
 			return "", nil
@@ -593,7 +705,7 @@ func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Lead
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	sub, err := b.subscribe(ctx, b.channel(key))
+	sub, err := b.subscribe(ctx, b.leaderTimeout(), b.channel(key))
 	if err != nil {
 		return err
 	}
@@ -637,9 +749,18 @@ func (s *subscription) wakes(payload string) bool {
 	return payload == *w
 }
 
-func (b *Backend) subscribe(ctx context.Context, ch string) (*subscription, error) {
+// subscribe subscribes to ch on every master, each bounded by per (when
+// positive; see fanOut), and returns once every master has answered or
+// been given up: a quorum must have subscribed. A subscription that comes
+// after it was given up is closed.
+func (b *Backend) subscribe(ctx context.Context, per time.Duration, ch string) (*subscription, error) {
 	s := &subscription{ch: make(chan struct{}, 1)}
-	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+	closeLate := func(r reply) {
+		if ps, ok := r.val.(*redis.PubSub); ok && r.err == nil {
+			_ = ps.Close()
+		}
+	}
+	rs := b.fanOut(ctx, per, nil, closeLate, func(ctx context.Context, c *redis.Client) (any, error) {
 		ps := c.Subscribe(ctx, ch)
 		// The reply says the subscription is active. go-redis's Receive
 		// watches neither ctx nor, by default, the clock: a master that

@@ -108,6 +108,19 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 	return e.t, nil
 }
 
+// granted reports whether an acquire script's reply took the key.
+func granted(r reply) bool {
+	if r.err != nil {
+		return false
+	}
+	v, ok := r.val.([]any)
+	if !ok || len(v) != 2 {
+		return false
+	}
+	n, _ := v[0].(int64)
+	return n == 1
+}
+
 // acquire tries once to take e's key on a quorum of masters within the
 // validity time. It returns whether e holds, and otherwise how long the
 // current holder's key still lives (0 when unknown).
@@ -123,7 +136,7 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 	b := s.b
 	start := s.now()
 	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
-	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+	rs := b.fanOut(ctx, b.masterTimeout(s.ttl), granted, nil, func(ctx context.Context, c *redis.Client) (any, error) {
 		return acquireScript.Run(ctx, c, []string{e.t.Key, e.t.Key + fenceSuffix, e.t.Key + waitingSuffix, s.tombstone(e)},
 			e.t.Name, e.t.Identity, ttlMs, b.channel(e.t.Key), s.member(e)).Slice()
 	})
@@ -216,7 +229,7 @@ func (s *session) releaseLocked(ctx context.Context, e *entry, mode releaseMode)
 	case e.unsure:
 		tomb = strconv.FormatInt(s.tombstoneTTL().Milliseconds(), 10)
 	}
-	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+	rs := b.fanOut(ctx, b.masterTimeout(s.ttl), func(r reply) bool { return r.err == nil }, nil, func(ctx context.Context, c *redis.Client) (any, error) {
 		return releaseScript.Run(ctx, c, []string{e.t.Key, e.t.Key + waitingSuffix, s.tombstone(e)},
 			e.t.Name, b.channel(e.t.Key), s.member(e), tomb, keep).Int64()
 	})
@@ -342,7 +355,7 @@ func (s *session) subscription(ctx context.Context, key string) (*subscription, 
 		return sub, nil
 	}
 	s.mu.Unlock()
-	sub, err := s.b.subscribe(ctx, s.b.channel(key)+":"+s.id)
+	sub, err := s.b.subscribe(ctx, s.b.masterTimeout(s.ttl), s.b.channel(key)+":"+s.id)
 	if err != nil {
 		return nil, err
 	}
@@ -443,7 +456,7 @@ func (s *session) renew() election.Renewal {
 	}
 	if extended == 0 {
 		// Nothing to extend: check that the masters are there.
-		if _, err := s.b.pingQuorum(ctx); err != nil {
+		if _, err := s.b.pingQuorum(ctx, s.b.masterTimeout(s.ttl)); err != nil {
 			return election.Renewal{Sent: sent, Err: err}
 		}
 	}
@@ -460,7 +473,7 @@ var errNotHeld = errors.New("redislock: not held")
 func (s *session) stillWaitingLocked(ctx context.Context, e *entry) error {
 	b := s.b
 	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
-	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+	rs := b.fanOut(ctx, b.masterTimeout(s.ttl), nil, nil, func(ctx context.Context, c *redis.Client) (any, error) {
 		return stillWaitingScript.Run(ctx, c, []string{e.t.Key + waitingSuffix}, s.member(e), ttlMs).Int64()
 	})
 	answered, renewed := 0, 0
@@ -502,7 +515,7 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 	}
 	b := s.b
 	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
-	rs := b.each(ctx, func(ctx context.Context, c *redis.Client) (any, error) {
+	rs := b.fanOut(ctx, b.masterTimeout(s.ttl), func(r reply) bool { return r.err == nil && r.val.(int64) == 1 }, nil, func(ctx context.Context, c *redis.Client) (any, error) {
 		return extendScript.Run(ctx, c, []string{e.t.Key}, e.t.Name, ttlMs).Int64()
 	})
 	ok, notOurs := 0, 0

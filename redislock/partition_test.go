@@ -1,0 +1,137 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/faultproxy"
+	"github.com/tenure-go/tenure/redislock"
+)
+
+// defaultClient is a client with go-redis's own timeouts (a 3 s read
+// timeout), as an application would make it.
+func defaultClient(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, MaintNotificationsConfig: noMaint()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestRedlock_OneCutOffMasterDoesNotStopTheLock: Redlock over three
+// masters must work while one is cut off, its connection accepting and
+// never answering (a partition, not a refused connection). Before each
+// master's answer was bounded, every try and every renewal waited for the
+// cut-off master until the client's read timeout (3 s), longer than the
+// validity of a 2 s lease: no campaign ever won.
+//
+// A campaign wins, its term survives three TTLs of watchdog renewals, and
+// a resignation hands over to a waiter.
+func TestRedlock_OneCutOffMasterDoesNotStopTheLock(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	servers, _ := startMasters(t, 3)
+	p, err := faultproxy.New(servers[2].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	clients := []*redis.Client{defaultClient(t, servers[0].Addr()), defaultClient(t, servers[1].Addr()), defaultClient(t, p.Addr())}
+	b, err := redislock.New(clients, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole()
+	const ttl = 2 * time.Second
+	elector := func(id string) *election.Elector {
+		e, err := election.New(b, election.Config{Key: "cut-off-master", Identity: id, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	a, w := elector("a"), elector("w")
+	start := time.Now()
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign with 2 of 3 masters up and 1 cut off: %v (after %v)", err, time.Since(start))
+	}
+	t.Logf("elected %v after campaigning with one master of three cut off (TTL %v)", time.Since(start), ttl)
+	if took := time.Since(start); took > ttl/2 {
+		t.Errorf("the campaign took %v, want under TTL/2: the cut-off master held it up", took)
+	}
+	select {
+	case <-a.Done():
+		t.Fatalf("the term ended while the watchdog renewed it on 2 of 3 masters: %v", a.Err())
+	case <-time.After(3 * ttl):
+	}
+	got := make(chan tenure.Term, 1)
+	go func() {
+		if tw, err := w.Campaign(ctx); err == nil {
+			got <- tw
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // w waits
+	released := time.Now()
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case tw := <-got:
+		t.Logf("handoff with one master cut off: %v", time.Since(released))
+		if tw.Token <= ta.Token {
+			t.Fatalf("the waiter's token %d is not above %d", tw.Token, ta.Token)
+		}
+	case <-time.After(ttl):
+		t.Fatalf("no handoff within %v of the resignation", ttl)
+	}
+}
+
+// TestWaitHead_CancelledWhileTheMasterIsCutOffReturnsAtOnce: go-redis
+// stops a call blocked on a socket only at its deadline, not when its ctx
+// is cancelled. A wait whose ctx is cancelled while its try waits on a
+// cut-off master must still return at once, not when the client's read
+// timeout (3 s) or the TTL ends the call. (A Campaign then removes its
+// entry, which on a cut-off master takes up to Config.CleanupTimeout.)
+func TestWaitHead_CancelledWhileTheMasterIsCutOffReturnsAtOnce(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	p, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	b, err := redislock.New([]*redis.Client{defaultClient(t, p.Addr())}, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: 10 * time.Second, RenewInterval: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	tk, err := s.Enqueue(ctx, "cancel-cut-off", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole()
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = s.WaitHead(cctx, tk)
+	took := time.Since(start)
+	t.Logf("WaitHead cancelled after 200ms returned after %v: %v", took, err)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitHead = %v, want context.Canceled", err)
+	}
+	if took > time.Second {
+		t.Fatalf("WaitHead returned %v after start, 200ms after which its ctx was cancelled", took)
+	}
+	p.Heal()
+	if err := s.Dequeue(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+}
