@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -134,4 +135,90 @@ func TestWaitHead_CancelledWhileTheMasterIsCutOffReturnsAtOnce(t *testing.T) {
 	if err := s.Dequeue(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestTryCampaign_SplitVoteStillElectsOne: three replicas, each next to
+// its own master and 5 ms from the other two (one Redis per node), run
+// `tenure exec --no-wait` at the same moment, as a cron job does. Each
+// takes its own master first, none gets a quorum, and each undoes its
+// share. Told "held", every replica would skip the job and nobody would
+// run it (in every one of 40 rounds before). Exactly one must win each
+// round.
+func TestTryCampaign_SplitVoteStillElectsOne(t *testing.T) {
+	ctx := ctxT(t, 120*time.Second)
+	servers, _ := startMasters(t, 3)
+	const contenders, rounds = 3, 20
+	var backends []*redislock.Backend
+	for i := range contenders {
+		var clients []*redis.Client
+		for j, s := range servers {
+			px, err := faultproxy.New(s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { px.Close() })
+			if i != j {
+				px.Delay(5 * time.Millisecond)
+			}
+			clients = append(clients, client(t, px.Addr()))
+		}
+		b, err := redislock.New(clients, redislock.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends = append(backends, b)
+	}
+	retried := 0
+	for r := range rounds {
+		key := fmt.Sprintf("split-%d", r)
+		var es []*election.Elector
+		for i, b := range backends {
+			e, err := election.New(b, election.Config{Key: key, Identity: fmt.Sprint(i), TTL: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(context.Background())
+			if _, err := e.Leader(ctx); err != nil { // the backend answers
+				t.Fatal(err)
+			}
+			es = append(es, e)
+		}
+		start := make(chan struct{})
+		type result struct {
+			err  error
+			took time.Duration
+		}
+		res := make(chan result, contenders)
+		for _, e := range es {
+			go func() {
+				<-start
+				t0 := time.Now()
+				_, err := e.TryCampaign(ctx)
+				res <- result{err, time.Since(t0)}
+			}()
+		}
+		close(start)
+		won := 0
+		for range contenders {
+			r := <-res
+			switch {
+			case r.err == nil:
+				won++
+				if r.took > 30*time.Millisecond {
+					retried++
+				}
+			case !errors.Is(r.err, tenure.ErrLocked):
+				t.Fatalf("TryCampaign: %v", r.err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d of %d simultaneous TryCampaigns won, want exactly 1", r, won, contenders)
+		}
+		for _, e := range es {
+			if err := e.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("%d rounds, one winner each; %d winners needed a retry after a split vote", rounds, retried)
 }

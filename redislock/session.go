@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -123,15 +124,17 @@ func granted(r reply) bool {
 
 // acquire tries once to take e's key on a quorum of masters within the
 // validity time. It returns whether e holds, and otherwise how long the
-// current holder's key still lives (0 when unknown).
-func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, error) {
+// current holder's key still lives (0 when unknown) and whether the try
+// took the key on some masters but not a quorum (a split vote: others
+// tried at the same moment, or it came too late).
+func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.Duration, split bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.removed {
-		return false, 0, fmt.Errorf("%w: redislock: entry on %q was removed", tenure.ErrOwnershipLost, e.t.Key)
+		return false, 0, false, fmt.Errorf("%w: redislock: entry on %q was removed", tenure.ErrOwnershipLost, e.t.Key)
 	}
 	if e.held {
-		return true, 0, nil
+		return true, 0, false, nil
 	}
 	b := s.b
 	start := s.now()
@@ -143,7 +146,6 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 	elapsed := s.now().Sub(start)
 	got, answered, refused := 0, 0, 0
 	var token uint64
-	var wait time.Duration
 	for _, r := range rs {
 		if r.err != nil {
 			// The script may have run, or may still run: its clean-up
@@ -172,13 +174,13 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 	if refused > 0 {
 		// Only a removed entry has a tombstone, and a removed entry is
 		// refused above: this is a session bug, not a state to wait in.
-		return false, 0, fmt.Errorf("%w: redislock: entry on %q found its own tombstone", tenure.ErrOwnershipLost, e.t.Key)
+		return false, 0, false, fmt.Errorf("%w: redislock: entry on %q found its own tombstone", tenure.ErrOwnershipLost, e.t.Key)
 	}
 	validity := s.ttl - elapsed - b.drift(s.ttl)
 	if got >= b.quorum() && validity > 0 && token > 0 {
 		e.held, e.token = true, token
 		close(e.heldCh)
-		return true, 0, nil
+		return true, 0, false, nil
 	}
 	if got > 0 {
 		// A minority, or too late: undo it everywhere, as Redlock does,
@@ -188,12 +190,12 @@ func (s *session) acquire(ctx context.Context, e *entry) (bool, time.Duration, e
 	}
 	if answered < b.quorum() {
 		if ctx.Err() != nil {
-			return false, 0, ctx.Err()
+			return false, 0, got > 0, ctx.Err()
 		}
-		return false, 0, b.quorumErr("acquire "+e.t.Key, rs, answered)
+		return false, 0, got > 0, b.quorumErr("acquire "+e.t.Key, rs, answered)
 	}
 	e.waiting = got < answered
-	return false, wait, nil
+	return false, wait, got > 0, nil
 }
 
 // releaseMode says what a release does besides deleting the key.
@@ -252,21 +254,48 @@ func (s *session) releaseLocked(ctx context.Context, e *entry, mode releaseMode)
 // Ahead implements election.Session. Redis keeps no queue, so this tries
 // to take the key at once: 0 when t now holds, 1 when someone else does.
 // That makes TryCampaign atomic: of several candidates that try at the same
-// moment, one gets the key and the others are told it is held.
+// moment, one gets the key and the others are told it is held. With
+// several masters, candidates that try at the same moment can split the
+// masters between them, none with a quorum: such a try is undone and made
+// again after a random pause (up to splitTries times), so that one of them
+// takes the key rather than none.
 func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
 	e := s.entry(t)
 	if e == nil {
 		return 0, fmt.Errorf("%w: redislock: no entry %s on %q", tenure.ErrOwnershipLost, t.Name, t.Key)
 	}
-	ok, _, err := s.acquire(ctx, e)
-	switch {
-	case err != nil:
-		return 0, err
-	case ok:
-		return 0, nil
+	for try := 1; ; try++ {
+		ok, _, split, err := s.acquire(ctx, e)
+		switch {
+		case err != nil:
+			return 0, err
+		case ok:
+			return 0, nil
+		case !split || try == splitTries:
+			return 1, nil
+		}
+		// A split vote: candidates that tried at the same moment each took
+		// some masters and none a quorum, and each undid its share. Told
+		// "held", every one of them would skip, and nobody would hold.
+		// Try again after a random pause, as Redlock does: the first to
+		// wake takes the key, and the others find it held.
+		t := time.NewTimer(time.Duration(mrand.Int64N(int64(splitPause))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, ctx.Err()
+		case <-t.C:
+		}
 	}
-	return 1, nil
 }
+
+// splitTries bounds the tries of Ahead after split votes, and splitPause
+// the random pause between them: well above a try's round trip to distant
+// masters, so that the first to wake is done before the next one starts.
+const (
+	splitTries = 8
+	splitPause = 100 * time.Millisecond
+)
 
 // WaitHead implements election.Session: it tries to take the key, and
 // while someone else holds it, waits until a release names it (a release
@@ -286,7 +315,7 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 		if err := s.alive(); err != nil {
 			return t, err
 		}
-		ok, wait, err := s.acquire(ctx, e)
+		ok, wait, _, err := s.acquire(ctx, e)
 		if ok {
 			t.Token = e.token
 			return t, nil
