@@ -155,19 +155,7 @@ func (l *lease) run() {
 				timer.Reset(left)
 				continue
 			}
-			l.cancel(tenure.ErrLeaseExpired)
-			l.onLost()
-			l.log.Warn("lease deadline passed without an acknowledged renewal; session abandoned")
-			// Do not release the entries before the server itself could
-			// expire the lease (the deadline is DeadlineMargin early), nor
-			// while elected work still runs: the link may be back, and a
-			// revoke now would elect the next leader at once.
-			margin := time.NewTimer(l.margin)
-			<-margin.C
-			select {
-			case <-l.idleCh():
-			case <-l.stopCh:
-			}
+			l.expire()
 			return
 		case <-l.sess.Done():
 			err := l.sess.Err()
@@ -181,9 +169,36 @@ func (l *lease) run() {
 			l.log.Warn("session ended", zap.Error(err))
 			return
 		case <-l.stopCh:
+			if !l.clock.Now().Before(l.Deadline()) {
+				// The deadline passed before its timer fired (a campaign
+				// that found the lease no longer valid retired it): end as
+				// at the deadline, margin included.
+				l.expire()
+				return
+			}
 			l.cancel(tenure.ErrClosed)
 			return
 		}
+	}
+}
+
+// expire ends the lease at its deadline: its terms end with
+// ErrLeaseExpired, and the session is closed (by run's return) only
+// DeadlineMargin later, and not while elected work still runs, unless the
+// lease is being stopped.
+func (l *lease) expire() {
+	l.cancel(tenure.ErrLeaseExpired)
+	l.onLost()
+	l.log.Warn("lease deadline passed without an acknowledged renewal; session abandoned")
+	// Do not release the entries before the server itself could expire
+	// the lease (the deadline is DeadlineMargin early), nor while elected
+	// work still runs: the link may be back, and a revoke now would elect
+	// the next leader at once.
+	margin := time.NewTimer(l.margin)
+	<-margin.C
+	select {
+	case <-l.idleCh():
+	case <-l.stopCh:
 	}
 }
 

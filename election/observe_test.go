@@ -328,6 +328,54 @@ func TestDeadline_IsSendTimePlusTTLMinusMargin(t *testing.T) {
 	}
 }
 
+// TestDeadline_CampaignThatFindsItPassedKeepsTheMargin: a Campaign that
+// finds the lease past its deadline before the lease's own timer has fired
+// retires the lease. That must end the term as the deadline does
+// (ErrLeaseExpired), and keep the session, and so the entry, for
+// DeadlineMargin: the leader's work needs that time to stop before another
+// candidate can be elected. Before, the term ended as ErrClosed and the
+// session was closed at once: b was elected 134 µs later.
+func TestDeadline_CampaignThatFindsItPassedKeepsTheMargin(t *testing.T) {
+	srv, key, ctx := setup(t)
+	t0 := time.Now()
+	clock := &fakeClock{now: t0}
+	const ttl, renew, margin = 3 * time.Second, time.Second, 800 * time.Millisecond
+	a, err := election.New(srv.Client(), election.Config{Key: key, Identity: "a", TTL: ttl, RenewInterval: renew, DeadlineMargin: margin}, election.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bAt := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.Campaign(ctx); err == nil {
+			bAt <- time.Now()
+		}
+	}()
+	electiontest.WaitFor(t, 5*time.Second, "b to queue", func() bool { return srv.Entries(key) == 2 })
+	clock.set(t0.Add(ttl - margin)) // a's deadline, by a's clock; its timer fires in real time, later
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	retired := time.Now()
+	_, _ = a.Campaign(cctx)
+	cancel()
+	<-a.Done()
+	if !errors.Is(a.Err(), tenure.ErrLeaseExpired) {
+		t.Errorf("a's term ended with %v, want ErrLeaseExpired", a.Err())
+	}
+	select {
+	case at := <-bAt:
+		t.Logf("b elected %v after a's campaign found its deadline passed (margin %v)", at.Sub(retired), margin)
+		if at.Sub(retired) < margin/2 {
+			t.Fatalf("b elected %v after a's deadline: no DeadlineMargin for a's work to stop", at.Sub(retired))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("b not elected within 5 s")
+	}
+}
+
 // fedBackend is a memory client whose Observe reports what the test sends.
 type fedBackend struct {
 	*electiontest.Client
