@@ -147,6 +147,10 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	if old != nil {
 		e.retireLeaseLocked(old)
 	}
+	// Close waits for the session being opened, and for its stop when
+	// Close came meanwhile (stopLeaseLocked below, counted while this is).
+	e.wg.Add(1)
+	defer e.wg.Done()
 	e.mu.Unlock()
 	// Close must reach a session being opened too: during an outage the
 	// backend's client may wait for a connection until its ctx ends, and

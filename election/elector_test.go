@@ -404,3 +404,60 @@ func TestCampaign_ARefusalIsReportedAsSuch(t *testing.T) {
 		t.Fatalf("Campaign refused by the backend: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// slowGrant is a memory client whose OpenSession answers 200 ms late,
+// whatever its ctx (a Grant already answered when Close cancels it), and
+// records when the session it opened is closed.
+type slowGrant struct {
+	*electiontest.Client
+	closedAt *atomic.Int64
+}
+
+func (b slowGrant) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
+	time.Sleep(200 * time.Millisecond)
+	s, err := b.Client.OpenSession(context.Background(), opts)
+	if err != nil {
+		return nil, err
+	}
+	return closeSpy{s, b.closedAt}, nil
+}
+
+type closeSpy struct {
+	election.Session
+	at *atomic.Int64
+}
+
+func (s closeSpy) Close(ctx context.Context) error {
+	err := s.Session.Close(ctx)
+	s.at.Store(time.Now().UnixNano())
+	return err
+}
+
+// TestClose_WaitsForTheSessionACampaignIsOpening: Close waits for what the
+// elector started; a session that a campaign was opening when Close came
+// is closed before Close returns, not by a goroutine left behind.
+func TestClose_WaitsForTheSessionACampaignIsOpening(t *testing.T) {
+	srv, key, ctx := setup(t)
+	var closedAt atomic.Int64
+	e, err := election.New(slowGrant{srv.Client(), &closedAt}, election.Config{Key: key, Identity: "a", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	campaigned := make(chan error, 1)
+	go func() {
+		_, err := e.Campaign(ctx)
+		campaigned <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the campaign is opening its session
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	returned := time.Now()
+	c := closedAt.Load()
+	if c == 0 || time.Unix(0, c).After(returned) {
+		t.Fatalf("Close returned before the session the campaign opened was closed (closed at %v, 0: not yet)", c)
+	}
+	if err := <-campaigned; !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("Campaign = %v, want ErrClosed", err)
+	}
+}
