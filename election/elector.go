@@ -361,9 +361,14 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 		// get a new, larger token. That term's context ends before its
 		// entry goes, as at a resignation.
 		e.endTermOf(t)
-		if err = l.sess.Dequeue(waitCtx, t); err == nil {
-			t, err = l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
+		if err = l.sess.Dequeue(waitCtx, t); err != nil {
+			// The ended term's entry must not stay at the head of the
+			// queue: try again on a fresh bounded ctx, or give up the
+			// session, which takes the entry with it.
+			e.cleanup(ctx, l, t)
+			return nil, e.campaignErr(ctx, l, err)
 		}
+		t, err = l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
 	}
 	if err != nil {
 		return nil, e.campaignErr(ctx, l, err)
