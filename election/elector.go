@@ -364,9 +364,9 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 		if err = l.sess.Dequeue(waitCtx, t); err != nil {
 			// The ended term's entry must not stay at the head of the
 			// queue: try again on a fresh bounded ctx, or give up the
-			// session, which takes the entry with it.
-			e.cleanup(ctx, l, t)
-			return nil, e.campaignErr(ctx, l, err)
+			// session, which takes the entry with it (classified first:
+			// a session given up is not why the campaign failed).
+			return nil, e.failCampaign(ctx, l, t, err)
 		}
 		t, err = l.sess.Enqueue(waitCtx, e.cfg.Key, e.cfg.Identity)
 	}

@@ -411,9 +411,11 @@ func TestCampaign_ARefusalIsReportedAsSuch(t *testing.T) {
 type slowGrant struct {
 	*electiontest.Client
 	closedAt *atomic.Int64
+	opening  chan struct{} // closed when OpenSession is called
 }
 
 func (b slowGrant) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
+	close(b.opening)
 	time.Sleep(200 * time.Millisecond)
 	s, err := b.Client.OpenSession(context.Background(), opts)
 	if err != nil {
@@ -439,7 +441,8 @@ func (s closeSpy) Close(ctx context.Context) error {
 func TestClose_WaitsForTheSessionACampaignIsOpening(t *testing.T) {
 	srv, key, ctx := setup(t)
 	var closedAt atomic.Int64
-	e, err := election.New(slowGrant{srv.Client(), &closedAt}, election.Config{Key: key, Identity: "a", TTL: time.Second})
+	opening := make(chan struct{})
+	e, err := election.New(slowGrant{srv.Client(), &closedAt, opening}, election.Config{Key: key, Identity: "a", TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +451,7 @@ func TestClose_WaitsForTheSessionACampaignIsOpening(t *testing.T) {
 		_, err := e.Campaign(ctx)
 		campaigned <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the campaign is opening its session
+	<-opening // the campaign is opening its session
 	if err := e.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

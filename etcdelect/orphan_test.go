@@ -185,24 +185,24 @@ func TestTryPolling_KeepsNoWatchBacklog(t *testing.T) {
 // session lives. A given-up put must end the session and revoke its lease,
 // which refuses the put whenever it lands.
 //
-// Two proxies lead to the one server; one holds every byte for 1 s. Each
-// try opens a session, arms the delay and gives the put 300 ms; whichever
-// endpoint the put and the clean-up take, no entry may stand once the
-// held bytes have arrived.
+// Two proxies lead to the one server; on each try one of them, in turn,
+// holds every byte for 1 s (the client's choice of endpoint for the put
+// may stay the same for a whole run). Each try opens a session, arms the
+// delay and gives the put 300 ms; whichever endpoint the put and the
+// clean-up take, no entry may stand once the held bytes have arrived.
 func TestEnqueue_GivenUpPutThatLandsLateLeavesNoEntry(t *testing.T) {
 	ctx := ctxT(t, 120*time.Second)
 	key := electiontest.Key(t)
-	slow, err := faultproxy.New(endpoint)
-	if err != nil {
-		t.Fatal(err)
+	var proxies [2]*faultproxy.Proxy
+	for i := range proxies {
+		p, err := faultproxy.New(endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		proxies[i] = p
 	}
-	defer slow.Close()
-	fast, err := faultproxy.New(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fast.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{slow.Addr(), fast.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxies[0].Addr(), proxies[1].Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,6 +217,7 @@ func TestEnqueue_GivenUpPutThatLandsLateLeavesNoEntry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		slow := proxies[try%2]
 		slow.Delay(time.Second)
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		tk, enqErr := s.Enqueue(cctx, key, "a")
@@ -242,7 +243,7 @@ func TestEnqueue_GivenUpPutThatLandsLateLeavesNoEntry(t *testing.T) {
 		}
 	}
 	if gaveUp == 0 {
-		t.Fatal("no Enqueue gave up: the slow endpoint never held a put")
+		t.Fatal("no Enqueue gave up: neither endpoint ever held a put")
 	}
 	t.Logf("%d of 12 puts given up in flight, no entry left", gaveUp)
 }

@@ -26,6 +26,9 @@ import (
 // lease is refused whenever it lands. Kept alive, an entry no campaign knows
 // of would hold the queue for as long as the session lives.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (election.Ticket, error) {
+	if err := ctx.Err(); err != nil {
+		return election.Ticket{}, err // nothing sent: the session stays
+	}
 	name := entryName(key, s.id)
 	s.drainOwnWatch(name)
 	var resp *clientv3.TxnResponse

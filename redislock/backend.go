@@ -433,21 +433,22 @@ var errNoAnswer = errors.New("no answer in time")
 // fanOut runs f on every master concurrently and returns the replies in
 // master order: once every master has answered, or a quorum of replies
 // satisfy enough (when not nil), or ctx ends, or per (when positive) has
-// passed. Each call's ctx ends after per as well (go-redis sets its socket
-// deadlines from it). A master without an answer by then has errNoAnswer,
-// joined with ctx's error when ctx ended: go-redis does not stop a call
-// blocked on a socket when ctx is cancelled, only at its deadline, so a
-// cut-off master (a connection that accepts and never answers) would
-// otherwise hold up the others, and the caller, until the client's read
-// timeout. The calls left behind end by per, or by the client's timeouts;
-// late, when not nil, gets each of their replies (to close what it holds).
+// passed. A master without an answer by then has errNoAnswer, joined with
+// ctx's error when ctx ended. go-redis does not stop a call blocked on a
+// socket when ctx is cancelled, only at its deadline, so a cut-off master
+// (a connection that accepts and never answers) would otherwise hold up
+// the others, and the caller, until the client's read timeout. With per,
+// each call's ctx ends after per, and not before, even when ctx does: a
+// late release still deletes its key, and go-redis sets its socket
+// deadlines from it. late, when not nil, gets the replies of the calls
+// given up on (to close what they hold).
 func (b *Backend) fanOut(ctx context.Context, per time.Duration, enough func(reply) bool, late func(reply), f func(ctx context.Context, c *redis.Client) (any, error)) []reply {
 	out := make([]reply, len(b.masters))
 	answered := make([]bool, len(b.masters))
 	ch := make(chan reply, len(b.masters))
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if per > 0 {
-		cctx, cancel = context.WithTimeout(ctx, per)
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), per)
 	}
 	for i, c := range b.masters {
 		go func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,7 +163,9 @@ func TestTryCampaign_SplitVoteStillElectsOne(t *testing.T) {
 			}
 			clients = append(clients, client(t, px.Addr()))
 		}
-		b, err := redislock.New(clients, redislock.Options{})
+		// A generous bound per master: this test is about split votes,
+		// not slow masters, on a machine that may be loaded.
+		b, err := redislock.New(clients, redislock.Options{MasterTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,4 +224,62 @@ func TestTryCampaign_SplitVoteStillElectsOne(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds, one winner each; %d winners needed a retry after a split vote", rounds, retried)
+}
+
+// TestTryCampaign_HeldOnAQuorumIsNoSplitVote: when the key is held on a
+// quorum of masters and one master has lost it (restarted without its
+// data), a TryCampaign takes that one master and undoes it. That is no
+// split vote: it must be told "held" after that one try, not try again and
+// again, churning the master (each undo also wakes a waiter there).
+func TestTryCampaign_HeldOnAQuorumIsNoSplitVote(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	_, clients := startMasters(t, 3)
+	b, err := redislock.New(clients, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newElector := func(id string) *election.Elector {
+		e, err := election.New(b, election.Config{Key: "held-on-quorum", Identity: id, TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	holder, other := newElector("holder"), newElector("other")
+	if _, err := holder.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := clients[2].FlushAll(ctx).Err(); err != nil { // the third master loses the key
+		t.Fatal(err)
+	}
+	if _, err := other.Leader(ctx); err != nil { // other's session is open
+		t.Fatal(err)
+	}
+	scripts := func() int64 {
+		info, err := clients[2].Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+					var calls int64
+					fmt.Sscanf(rest, "calls=%d", &calls)
+					n += calls
+				}
+			}
+		}
+		return n
+	}
+	before := scripts()
+	if _, err := other.TryCampaign(ctx); !errors.Is(err, tenure.ErrLocked) {
+		t.Fatalf("TryCampaign while held on 2 of 3 masters = %v, want ErrLocked", err)
+	}
+	ran := scripts() - before
+	t.Logf("TryCampaign ran %d scripts on the master that had lost the key", ran)
+	if ran > 6 { // one try, its undo, the campaign's clean-up, and maybe a watchdog's
+		t.Fatalf("TryCampaign ran %d scripts on the master that lost the key: it tried again after a try that was no split vote", ran)
+	}
 }

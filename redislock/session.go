@@ -125,8 +125,9 @@ func granted(r reply) bool {
 // acquire tries once to take e's key on a quorum of masters within the
 // validity time. It returns whether e holds, and otherwise how long the
 // current holder's key still lives (0 when unknown) and whether the try
-// took the key on some masters but not a quorum (a split vote: others
-// tried at the same moment, or it came too late).
+// took the key on some masters but not a quorum (a split vote, when others
+// tried at the same moment; or a holder that has the others, with a master
+// that lost the key; or a try that came too late).
 func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.Duration, split bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -272,6 +273,12 @@ func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
 		case ok:
 			return 0, nil
 		case !split || try == splitTries:
+			return 1, nil
+		}
+		// Some masters, no quorum. A holder that has a quorum (one master
+		// lost the key) is no split vote: trying again would only churn
+		// that master.
+		if l, err := s.b.Leader(ctx, t.Key); err != nil || !l.Vacant {
 			return 1, nil
 		}
 		// A split vote: candidates that tried at the same moment each took
