@@ -6,6 +6,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/internal/etcdembed"
 )
 
 // TestEndpoints_DefaultIsTheBackendsPort: without --endpoints (and without
@@ -60,5 +63,31 @@ func TestLeader_ZKTTLIsTheObserversSessionTimeout(t *testing.T) {
 	out, code := runCLI(t, "leader", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/"+testKey(t), "--ttl", "4s")
 	if code != exitVacant || strings.TrimSpace(out) != "vacant" {
 		t.Fatalf("tenure leader --ttl 4s on a vacant znode: %q, exit %d; want vacant, 3", out, code)
+	}
+}
+
+// TestLeader_MemberWithoutQuorumFailsInTime: a member that has lost its
+// cluster's quorum still answers the start-up status check, but can serve
+// no linearizable read: `tenure leader` must fail within --dial-timeout
+// (exit 1), not hang a script or a health check.
+func TestLeader_MemberWithoutQuorumFailsInTime(t *testing.T) {
+	c, err := etcdembed.StartCluster(dirT(t), 3, 100, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ep := c.Endpoints()[0]
+	for _, i := range []int{1, 2} {
+		if err := c.Stop(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second) // the survivor notices it has no leader
+	t0 := time.Now()
+	p := start(t, "leader", "--key", "k", "--endpoints", ep, "--dial-timeout", "2s")
+	code := p.wait(t, 20*time.Second)
+	t.Logf("tenure leader against a member without quorum: exit %d after %v; stderr: %s", code, time.Since(t0), p.stderr)
+	if code != exitFailure {
+		t.Fatalf("exit %d, want %d", code, exitFailure)
 	}
 }

@@ -215,7 +215,10 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	switch {
 	case errors.Is(err, tenure.ErrLocked):
 		who := "another candidate"
-		if l, lerr := e.Leader(context.Background()); lerr == nil && !l.Vacant {
+		lctx, cancel := context.WithTimeout(context.Background(), f.dialTimeout)
+		l, lerr := e.Leader(lctx)
+		cancel()
+		if lerr == nil && !l.Vacant {
 			who = fmt.Sprintf("%s (term %d)", shown(l.Term.Identity), l.Term.Token)
 		}
 		fmt.Fprintf(stderr, "tenure exec: %s is held by %s; not running %s (--no-wait)\n", f.key, who, argv[0])

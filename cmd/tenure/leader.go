@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -108,10 +109,15 @@ Flags:
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitFailure
 	}
-	l, err := b.Leader(ctx, c.key)
+	rctx, cancel := context.WithTimeout(ctx, c.dialTimeout) // a backend that cannot answer must not hold a script
+	defer cancel()
+	l, err := b.Leader(rctx, c.key)
 	if err != nil {
 		if code, ok := interrupted(); ok {
 			return code
+		}
+		if rctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within --dial-timeout %v (a member cut off from its cluster's quorum cannot serve the read): %w", c.dialTimeout, err)
 		}
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitFailure
