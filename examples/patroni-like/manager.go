@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ const (
 	RoleFencing   = "fencing"       // term ended; PostgreSQL shutting down, no session left
 	RoleFenced    = "fenced"        // was primary; PostgreSQL stopped, waiting to rejoin
 	RoleStopped   = "stopped"       // PostgreSQL not running
+	RoleForeign   = "foreign-data"  // the data directory is another cluster's: never started, never promoted
 )
 
 // Manager keeps one PostgreSQL instance in the role the election gives it:
@@ -55,8 +57,9 @@ type Manager struct {
 	upstream      string        // the primary_conninfo address written last
 	upstreamSince time.Time     // when the upstream was set and not yet seen streaming
 	rewindFails   int
-	needRewind    bool // this member was primary; it may stream only after pg_rewind
-	checkedData   bool // needRewind was read from the data directory at start
+	needRewind    bool   // this member was primary; it may stream only after pg_rewind
+	checkedData   bool   // needRewind was read from the data directory at start
+	clusterID     string // the cluster's system identifier, from the bootstrap key once recorded
 	lastErr       string
 	runCancel     context.CancelFunc // cancels the election's Run; nil when not campaigning
 	runDone       chan struct{}
@@ -227,6 +230,24 @@ func (m *Manager) converge(ctx context.Context) error {
 	m.mu.Lock()
 	needRewind := m.needRewind
 	m.mu.Unlock()
+	if m.pg.HasData() && !m.pg.Running() {
+		// Data of another cluster (a directory restored from elsewhere, a
+		// member that ran initdb on its own) must never run here: once
+		// promoted, every other member would copy it over theirs. Checked
+		// before every start (PostgreSQL runs only once it passed).
+		if err := m.checkClusterID(opCtx); err != nil {
+			if errors.Is(err, errForeignData) {
+				m.mu.Lock()
+				told := m.role == RoleForeign
+				m.role = RoleForeign
+				m.mu.Unlock()
+				if !told {
+					m.event("foreign-data", zap.Error(err))
+				}
+			}
+			return err
+		}
+	}
 	switch {
 	case !m.pg.HasData() && elsewhere:
 		m.setRole(RoleUninit)
@@ -247,6 +268,9 @@ func (m *Manager) converge(ctx context.Context) error {
 		}
 		m.event("bootstrap")
 		if err := m.pg.Initdb(opCtx); err != nil {
+			return err
+		}
+		if err := m.checkClusterID(opCtx); err != nil { // records the new cluster's identifier
 			return err
 		}
 		// A new cluster starts as a standby without upstream, like every
@@ -358,8 +382,11 @@ func (m *Manager) startStandby(ctx context.Context, leader Member) error {
 
 // claimInitialize races for the bootstrap key (Patroni's /initialize): the
 // member that creates it runs initdb; the others copy its data once it
-// leads. A member that claimed it and crashed before finishing claims it
-// again.
+// leads. A member that claimed it and crashed before its initdb finished
+// claims it again. Once the new cluster's system identifier is recorded in
+// the key (checkClusterID), nobody runs initdb again: a member that comes
+// back without data, the bootstrapper included, waits for a leader to
+// copy, for a new cluster would be promoted over the real one's data.
 func (m *Manager) claimInitialize(ctx context.Context) (bool, error) {
 	key := m.cfg.InitializeKey()
 	resp, err := m.cli.Txn(ctx).
@@ -375,6 +402,54 @@ func (m *Manager) claimInitialize(ctx context.Context) (bool, error) {
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	return len(kvs) == 1 && string(kvs[0].Value) == m.cfg.Name, nil
+}
+
+// errForeignData: the data directory belongs to another cluster.
+var errForeignData = errors.New("the data directory belongs to another cluster")
+
+// checkClusterID compares the data directory's system identifier with the
+// one recorded in the bootstrap key, "<bootstrapper> <identifier>". When
+// the key holds this member's name alone (its bootstrap has not recorded
+// one yet), it records this data's. It fails with errForeignData when the
+// two differ.
+func (m *Manager) checkClusterID(ctx context.Context) error {
+	m.mu.Lock()
+	known := m.clusterID
+	m.mu.Unlock()
+	id, err := m.pg.SystemID(ctx)
+	if err != nil {
+		return err
+	}
+	if known == "" {
+		key := m.cfg.InitializeKey()
+		resp, err := m.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Value(key), "=", m.cfg.Name)).
+			Then(clientv3.OpPut(key, m.cfg.Name+" "+id)).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", key, err)
+		}
+		switch {
+		case resp.Succeeded:
+			known = id
+		case len(resp.Responses[0].GetResponseRange().Kvs) == 1:
+			v := string(resp.Responses[0].GetResponseRange().Kvs[0].Value)
+			if _, rec, ok := strings.Cut(v, " "); ok {
+				known = rec
+			}
+		}
+		if known == "" {
+			return nil // another member's bootstrap, not recorded yet: nothing to compare
+		}
+		m.mu.Lock()
+		m.clusterID = known
+		m.mu.Unlock()
+	}
+	if id != known {
+		return fmt.Errorf("%w: its system identifier is %s, the cluster's (%s) is %s", errForeignData, id, m.cfg.InitializeKey(), known)
+	}
+	return nil
 }
 
 // startCampaign runs the election in the background unless it runs.

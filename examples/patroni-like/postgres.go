@@ -276,6 +276,21 @@ func (p *Postgres) Control(ctx context.Context) (map[string]string, error) {
 	return fields, nil
 }
 
+// SystemID reads the data directory's database system identifier, which
+// initdb draws at random and every copy (pg_basebackup) keeps: it names the
+// cluster the data belongs to.
+func (p *Postgres) SystemID(ctx context.Context) (string, error) {
+	f, err := p.Control(ctx)
+	if err != nil {
+		return "", err
+	}
+	id := f["Database system identifier"]
+	if id == "" {
+		return "", errors.New("pg_controldata shows no database system identifier")
+	}
+	return id, nil
+}
+
 // WasPrimary reports whether the stopped instance last ran as a primary
 // after a promotion (a new cluster, on timeline 1, never did): such data may
 // hold writes the current primary never saw, and must be rewound before it

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestBootstrap_WipedBootstrapperDoesNotReinitialize: the member that once
+// bootstrapped the cluster comes back, after a whole-cluster restart, with
+// an empty data directory (its disk replaced), and alone. It must not run
+// initdb again: promoted with a new, empty cluster, it would have every
+// other member copy that over their data (pg_rewind fails against another
+// cluster, and the fallback is pg_basebackup). It waits, uninitialized,
+// until a member with the cluster's data leads, then copies it.
+func TestBootstrap_WipedBootstrapperDoesNotReinitialize(t *testing.T) {
+	if _, err := findBinDir(); err != nil {
+		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := newLocalCluster(dir, 3, testTTL, testLoopWait, func(cfg string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "--config", cfg)
+		cmd.Env = append(os.Environ(), managerEnv+"=1")
+		return cmd
+	}, func(ev Event) {
+		t.Logf("event: %s %-12s term %d %s%s", ev.Node, ev.Event, ev.Term, ev.Cause, ev.Reason)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.close()
+		if t.Failed() {
+			for _, n := range c.names() {
+				t.Logf("logs of %s: %s, %s", n, c.managerLog(n), pgLogPath(dir, n))
+			}
+		}
+	})
+	for _, n := range c.names() {
+		if err := c.start(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p1, err := c.waitPrimary(ctx, 90*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := ""
+	for _, e := range c.eventLog() {
+		if e.Event == "bootstrap" {
+			boot = e.Node
+		}
+	}
+	if boot == "" {
+		t.Fatal("no member reported its bootstrap")
+	}
+	conn, err := c.connect(ctx, p1.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := Write(ctx, conn, p1.Term, "precious")
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.names() {
+		if n != p1.Name {
+			if err := c.waitReplica(ctx, 90*time.Second, n); err != nil {
+				t.Fatal(err)
+			}
+			readRow(ctx, t, c, n, id, p1.Term)
+		}
+	}
+
+	for _, n := range c.names() {
+		c.stop(n, 20*time.Second)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, boot, "data")); err != nil {
+		t.Fatal(err)
+	}
+	mark := len(c.eventLog())
+	if err := c.start(boot); err != nil {
+		t.Fatal(err)
+	}
+	// Alone and without data: several TTLs, and no primary.
+	alone := time.Now()
+	if p, err := c.waitPrimary(ctx, 4*testTTL, ""); err == nil {
+		t.Fatalf("%s, its data wiped, is primary under term %d: it ran initdb again", p.Name, p.Term)
+	}
+	t.Logf("%s, wiped and alone, had no primary for %v", boot, time.Since(alone).Round(time.Millisecond))
+	for _, e := range c.eventLog()[mark:] {
+		if e.Event == "bootstrap" {
+			t.Fatalf("%s ran initdb again after the cluster was initialized", e.Node)
+		}
+	}
+	for _, n := range c.names() {
+		if n != boot {
+			if err := c.start(n); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	p2, err := c.waitPrimary(ctx, 90*time.Second, boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitReplica(ctx, 90*time.Second, boot); err != nil {
+		t.Fatal(err)
+	}
+	// The row survived, on the new primary and on the wiped member's copy.
+	conn, err = c.connect(ctx, p2.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM rows WHERE id = $1`, id).Scan(&n)
+	conn.Close(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("row %d on the new primary %s: count %d, %v", id, p2.Name, n, err)
+	}
+	readRow(ctx, t, c, boot, id, p1.Term)
+	t.Logf("%s, wiped, waited without data and copied %s's; the row written under term %d survived", boot, p2.Name, p1.Term)
+}
