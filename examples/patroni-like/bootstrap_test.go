@@ -15,7 +15,8 @@ import (
 // initdb again: promoted with a new, empty cluster, it would have every
 // other member copy that over their data (pg_rewind fails against another
 // cluster, and the fallback is pg_basebackup). It waits, uninitialized,
-// until a member with the cluster's data leads, then copies it.
+// until a member with the cluster's data leads, then copies it. Then a
+// member whose directory holds another cluster's data must never start.
 func TestBootstrap_WipedBootstrapperDoesNotReinitialize(t *testing.T) {
 	if _, err := findBinDir(); err != nil {
 		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
@@ -125,4 +126,54 @@ func TestBootstrap_WipedBootstrapperDoesNotReinitialize(t *testing.T) {
 	}
 	readRow(ctx, t, c, boot, id, p1.Term)
 	t.Logf("%s, wiped, waited without data and copied %s's; the row written under term %d survived", boot, p2.Name, p1.Term)
+
+	// Another cluster's data in a member's directory (restored from
+	// elsewhere, say): that member must never start, let alone lead.
+	for _, n := range c.names() {
+		if n != boot {
+			continue
+		}
+		c.stop(n, 20*time.Second)
+		cfg := c.cfgs[0]
+		for _, k := range c.cfgs {
+			if k.Name == n {
+				cfg = k
+			}
+		}
+		cfg = cfg.withDefaults()
+		cfg.PostgreSQL.DataDir = filepath.Join(dir, n, "other")
+		other, err := NewPostgres(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Initdb(ctx); err != nil {
+			t.Fatal(err)
+		}
+		data := filepath.Join(dir, n, "data")
+		if err := os.RemoveAll(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(cfg.PostgreSQL.DataDir, data); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.start(n); err != nil {
+			t.Fatal(err)
+		}
+		err = waitFor(ctx, 30*time.Second, n+" reporting foreign data", func(ctx context.Context) bool {
+			_, st, err := c.get(ctx, n, "/status")
+			return err == nil && st.Role == RoleForeign
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * testLoopWait)
+		if code, _, err := c.get(ctx, n, "/replica"); err == nil && code == 200 {
+			t.Fatalf("%s runs another cluster's data as a replica", n)
+		}
+		if conn, err := c.connect(ctx, n); err == nil {
+			conn.Close(ctx)
+			t.Fatalf("%s started PostgreSQL on another cluster's data", n)
+		}
+		t.Logf("%s, with another cluster's data, reports %s and runs no PostgreSQL", n, RoleForeign)
+	}
 }
