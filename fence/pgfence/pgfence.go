@@ -46,12 +46,36 @@ type txBeginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// begin starts Do's transaction at READ COMMITTED when db can say so.
+// begin starts Do's transaction at READ COMMITTED. A pgx.Tx runs Do in a
+// savepoint, at its own level (see Beginner). Any other Beginner (a wrapper
+// offering Begin alone) starts at the server's default level, which may be
+// stricter: the transaction is set to READ COMMITTED, or refused with an
+// error wrapping tenure.ErrInvalidConfig when it cannot be (a wrapper of a
+// transaction that has already run a query).
 func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 	if b, ok := db.(txBeginner); ok {
 		return b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	}
-	return db.Begin(ctx)
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := db.(pgx.Tx); ok {
+		return tx, nil
+	}
+	var level string
+	if err := tx.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	if level == "read committed" {
+		return tx, nil
+	}
+	if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("%w: pgfence: the Beginner's transaction runs at %s and cannot be set to READ COMMITTED, which Do needs (a newer term waiting behind an older one would fail to serialize): %w", tenure.ErrInvalidConfig, level, err)
+	}
+	return tx, nil
 }
 
 // Fence guards writes with a fence table. The zero value uses DefaultTable
@@ -83,7 +107,10 @@ func (f Fence) table() (string, error) {
 }
 
 // Setup creates the fence table if it does not exist:
-// (name text primary key, token bigint not null).
+// (name text primary key, token bigint not null). Concurrent calls, from
+// several processes starting at once, are safe: they take turns on a
+// transaction-level advisory lock named after the table (PostgreSQL's
+// CREATE TABLE IF NOT EXISTS is not safe under concurrency).
 func (f Fence) Setup(ctx context.Context, db Beginner) error {
 	t, err := f.table()
 	if err != nil {
@@ -94,6 +121,9 @@ func (f Fence) Setup(ctx context.Context, db Beginner) error {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('tenure pgfence ' || $1))`, t); err != nil {
+		return fmt.Errorf("pgfence: lock for creating %s: %w", t, err)
+	}
 	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (name text PRIMARY KEY, token bigint NOT NULL)`); err != nil {
 		return fmt.Errorf("pgfence: create %s: %w", t, err)
 	}

@@ -289,3 +289,71 @@ func waitForLockWait(t *testing.T, db *pgxpool.Pool) {
 	}
 	t.Fatal("no session waited for the fence row within 10 s")
 }
+
+// TestSetup_ConcurrentCallsAllSucceed: service instances that start at
+// once each call Setup; CREATE TABLE IF NOT EXISTS alone fails some of
+// them (23505 on pg_type) when they race.
+func TestSetup_ConcurrentCallsAllSucceed(t *testing.T) {
+	ctx := context.Background()
+	db := pool(t)
+	for round := 0; round < 20; round++ {
+		dropAfter(t, db, "fence_setup")
+		f := pgfence.Fence{Table: "fence_setup"}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs <- f.Setup(ctx, db) }()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: concurrent Setup: %v", round, err)
+			}
+		}
+	}
+}
+
+// beginOnly is a Beginner with Begin alone (a wrapper, like patroni-like's
+// readWrite).
+type beginOnly struct{ b interface{ Begin(context.Context) (pgx.Tx, error) } }
+
+func (w beginOnly) Begin(ctx context.Context) (pgx.Tx, error) { return w.b.Begin(ctx) }
+
+// TestDo_BeginOnlyBeginnerRunsAtReadCommitted: Do needs READ COMMITTED for
+// a newer term waiting behind an older one to commit. A Beginner with Begin
+// alone starts at the server's default level; under a default of
+// SERIALIZABLE the newer term failed to serialize (SQLSTATE 40001).
+func TestDo_BeginOnlyBeginnerRunsAtReadCommitted(t *testing.T) {
+	ctx := context.Background()
+	db := pool(t, "default_transaction_isolation", "serializable")
+	dropAfter(t, db, "fence_wrap")
+	f := pgfence.Fence{Table: "fence_wrap"}
+	if err := f.Setup(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Do(ctx, db, "r", 1, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	firstErr := make(chan error, 1)
+	go func() {
+		firstErr <- f.Do(ctx, beginOnly{db}, "r", 10, func(context.Context, pgx.Tx) error { close(inside); <-release; return nil })
+	}()
+	<-inside
+	secondErr := make(chan error, 1)
+	go func() {
+		secondErr <- f.Do(ctx, beginOnly{db}, "r", 11, func(context.Context, pgx.Tx) error { return nil })
+	}()
+	waitForLockWait(t, db)
+	close(release)
+	e1, e2 := <-firstErr, <-secondErr
+	t.Logf("Begin-only Beginner, server default serializable: older 10: %v; newer 11: %v", e1, e2)
+	if e1 != nil {
+		t.Errorf("the older term failed: %v", e1)
+	}
+	if e2 != nil {
+		t.Errorf("the newer term was refused: %v", e2)
+	}
+}
