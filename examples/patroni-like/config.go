@@ -344,5 +344,11 @@ func (c Config) LeaderKey() string { return "/patroni-like/" + c.Scope + "/leade
 // claims: /patroni-like/<scope>/initialize.
 func (c Config) InitializeKey() string { return "/patroni-like/" + c.Scope + "/initialize" }
 
+// LastPrimaryKey names the member promoted last:
+// /patroni-like/<scope>/last-primary. A former primary that finds its own
+// name there has been followed by no other primary, so its data has not
+// diverged from anyone's: it need not wait for one to rewind onto.
+func (c Config) LastPrimaryKey() string { return "/patroni-like/" + c.Scope + "/last-primary" }
+
 // Marshal returns c as YAML.
 func (c Config) Marshal() ([]byte, error) { return yaml.Marshal(c) }

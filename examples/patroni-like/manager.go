@@ -223,6 +223,18 @@ func (m *Manager) converge(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if was {
+			// Promoted last itself (a clean restart, a one-member
+			// cluster): no other timeline exists to rewind onto, nor to
+			// wait for.
+			r, err := m.cli.Get(opCtx, m.cfg.LastPrimaryKey())
+			if err != nil {
+				return fmt.Errorf("read %s: %w", m.cfg.LastPrimaryKey(), err)
+			}
+			if len(r.Kvs) == 1 && string(r.Kvs[0].Value) == m.cfg.Name {
+				was = false
+			}
+		}
 		m.mu.Lock()
 		m.needRewind, m.checkedData = was, true
 		m.mu.Unlock()
@@ -585,6 +597,11 @@ func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
 		return err
 	}
 	if inRecovery {
+		// Recorded before the promotion: a member that finds its own name
+		// there on restart knows no other was promoted after it.
+		if _, err := m.cli.Put(ctx, m.cfg.LastPrimaryKey(), m.cfg.Name); err != nil {
+			return fmt.Errorf("record %s: %w", m.cfg.LastPrimaryKey(), err)
+		}
 		m.event("promoting", zap.Uint64("term", term.Token))
 		var ok bool
 		if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil {

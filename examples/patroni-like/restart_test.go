@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestRestart_OneMemberClusterComesBack: the configuration accepts a
+// one-member cluster. Its only member, a former primary, restarted cleanly,
+// must not wait for another primary to rewind onto (none can exist): it was
+// promoted last, so its data has not diverged from anyone's, and it leads
+// again with the row it wrote.
+func TestRestart_OneMemberClusterComesBack(t *testing.T) {
+	if _, err := findBinDir(); err != nil {
+		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := newLocalCluster(dir, 1, testTTL, testLoopWait, func(cfg string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "--config", cfg)
+		cmd.Env = append(os.Environ(), managerEnv+"=1")
+		return cmd
+	}, func(ev Event) {
+		t.Logf("event: %s %-10s term %d %s%s", ev.Node, ev.Event, ev.Term, ev.Cause, ev.Reason)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	if err := c.start("node1"); err != nil {
+		t.Fatal(err)
+	}
+	p1, err := c.waitPrimary(ctx, 60*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := c.connect(ctx, p1.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := Write(ctx, conn, p1.Term, "kept")
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stop("node1", 20*time.Second)
+	if err := c.start("node1"); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := c.waitPrimary(ctx, 30*time.Second, "")
+	if err != nil {
+		_, st, _ := c.get(ctx, "node1", "/status")
+		t.Fatalf("after a clean restart of its only member: %v; /status role %q", err, st.Role)
+	}
+	if p2.Term <= p1.Term {
+		t.Fatalf("term after the restart %d, want above %d", p2.Term, p1.Term)
+	}
+	conn, err = c.connect(ctx, p2.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM rows WHERE id = $1`, id).Scan(&n)
+	conn.Close(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("row %d after the restart: count %d, %v", id, n, err)
+	}
+}
