@@ -445,19 +445,32 @@ func stopGroup(pgid int, killBy func() time.Time) {
 	if gone() {
 		return
 	}
-	if !time.Now().Before(killBy()) {
+	// kill sends SIGKILL and waits, reaping, until the group is gone: a
+	// process dies of it at once, unless the kernel holds it in an
+	// uninterruptible wait; that is bounded by killWait, past which
+	// nothing tenure can do helps.
+	kill := func() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		for deadline := time.Now().Add(killWait); !gone() && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if !time.Now().Before(killBy()) {
+		kill()
 		return
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	for !gone() {
 		if !time.Now().Before(killBy()) {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			kill()
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// killWait bounds stopGroup's wait for a SIGKILLed group to be gone.
+const killWait = time.Second
 
 // exitStatus maps CMD's end to tenure's exit status: its code, or 128+signal.
 func exitStatus(err error) int {
