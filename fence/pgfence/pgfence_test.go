@@ -317,7 +317,11 @@ func TestSetup_ConcurrentCallsAllSucceed(t *testing.T) {
 
 // beginOnly is a Beginner with Begin alone (a wrapper, like patroni-like's
 // readWrite).
-type beginOnly struct{ b interface{ Begin(context.Context) (pgx.Tx, error) } }
+type beginOnly struct {
+	b interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}
+}
 
 func (w beginOnly) Begin(ctx context.Context) (pgx.Tx, error) { return w.b.Begin(ctx) }
 
