@@ -98,8 +98,9 @@ func translate(op string, err error) error {
 // entries (nested keys' entries "<key>/<sub>/…", keys without the lease
 // their name says) are not contenders and are skipped.
 func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
-	// A member cut off from the cluster's leader fails the read at once
-	// instead of holding it until ctx ends.
+	// On a member cut off from the cluster's leader, the read fails once
+	// the client's retries of "no leader" give up (about 2.5 s), instead
+	// of holding until ctx ends.
 	ctx = clientv3.WithRequireLeader(ctx)
 	resp, err := b.cli.Get(ctx, prefix(key), clientv3.WithFirstCreate()...)
 	if err != nil {

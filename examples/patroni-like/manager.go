@@ -57,9 +57,9 @@ type Manager struct {
 	upstream      string        // the primary_conninfo address written last
 	upstreamSince time.Time     // when the upstream was set and not yet seen streaming
 	rewindFails   int
-	needRewind    bool   // this member was primary; it may stream only after pg_rewind
-	checkedData   bool   // needRewind was read from the data directory at start
-	clusterID     string // the cluster's system identifier, from the bootstrap key once recorded
+	needRewind    bool // this member was primary; it may stream only after pg_rewind
+	checkedData   bool // needRewind was read from the data directory at start
+	promoting     bool // this term issued pg_promote: the data may diverge from the old timeline
 	lastErr       string
 	runCancel     context.CancelFunc // cancels the election's Run; nil when not campaigning
 	runDone       chan struct{}
@@ -227,13 +227,11 @@ func (m *Manager) converge(ctx context.Context) error {
 			// Promoted last itself (a clean restart, a one-member
 			// cluster): no other timeline exists to rewind onto, nor to
 			// wait for.
-			r, err := m.cli.Get(opCtx, m.cfg.LastPrimaryKey())
+			last, err := m.promotedLast(opCtx)
 			if err != nil {
-				return fmt.Errorf("read %s: %w", m.cfg.LastPrimaryKey(), err)
+				return err
 			}
-			if len(r.Kvs) == 1 && string(r.Kvs[0].Value) == m.cfg.Name {
-				was = false
-			}
+			was = !last
 		}
 		m.mu.Lock()
 		m.needRewind, m.checkedData = was, true
@@ -282,9 +280,6 @@ func (m *Manager) converge(ctx context.Context) error {
 		if err := m.pg.Initdb(opCtx); err != nil {
 			return err
 		}
-		if err := m.checkClusterID(opCtx); err != nil { // records the new cluster's identifier
-			return err
-		}
 		// A new cluster starts as a standby without upstream, like every
 		// member: only the elected work promotes.
 		return m.startStandby(opCtx, Member{})
@@ -311,8 +306,18 @@ func (m *Manager) converge(ctx context.Context) error {
 		return m.startStandby(opCtx, leader)
 
 	case !m.pg.Running() && needRewind:
-		m.setRole(RoleFenced)
-		return nil // a former primary waits for a primary to rewind onto
+		// A former primary waits for a primary to rewind onto, unless it
+		// was promoted last itself (its term ended, say, because
+		// PostgreSQL died): then none can come, and none is needed.
+		last, err := m.promotedLast(opCtx)
+		if err != nil || !last {
+			m.setRole(RoleFenced)
+			return err
+		}
+		m.mu.Lock()
+		m.needRewind = false
+		m.mu.Unlock()
+		return m.startStandby(opCtx, Member{})
 
 	case !m.pg.Running():
 		// Nobody else leads (or we cannot tell, being cut off): run as a
@@ -394,11 +399,12 @@ func (m *Manager) startStandby(ctx context.Context, leader Member) error {
 
 // claimInitialize races for the bootstrap key (Patroni's /initialize): the
 // member that creates it runs initdb; the others copy its data once it
-// leads. A member that claimed it and crashed before its initdb finished
-// claims it again. Once the new cluster's system identifier is recorded in
-// the key (checkClusterID), nobody runs initdb again: a member that comes
-// back without data, the bootstrapper included, waits for a leader to
-// copy, for a new cluster would be promoted over the real one's data.
+// leads. A member that claimed it and failed before its cluster was first
+// promoted claims it again. Once the first primary has recorded the
+// cluster's system identifier in the key (recordClusterID), nobody runs
+// initdb again: a member that comes back without data, the bootstrapper
+// included, waits for a leader to copy, for a new cluster would be
+// promoted over the real one's data.
 func (m *Manager) claimInitialize(ctx context.Context) (bool, error) {
 	key := m.cfg.InitializeKey()
 	resp, err := m.cli.Txn(ctx).
@@ -419,49 +425,89 @@ func (m *Manager) claimInitialize(ctx context.Context) (bool, error) {
 // errForeignData: the data directory belongs to another cluster.
 var errForeignData = errors.New("the data directory belongs to another cluster")
 
+// recordedClusterID reads the cluster's system identifier from the
+// bootstrap key, "<bootstrapper> <identifier>" once a primary has recorded
+// it (recordClusterID); "" before. It also returns the key's value and mod
+// revision.
+func (m *Manager) recordedClusterID(ctx context.Context) (id, value string, rev int64, err error) {
+	key := m.cfg.InitializeKey()
+	r, err := m.cli.Get(ctx, key)
+	if err != nil {
+		return "", "", 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	if len(r.Kvs) == 0 {
+		return "", "", 0, nil
+	}
+	value, rev = string(r.Kvs[0].Value), r.Kvs[0].ModRevision
+	_, id, _ = strings.Cut(value, " ")
+	return id, value, rev, nil
+}
+
 // checkClusterID compares the data directory's system identifier with the
-// one recorded in the bootstrap key, "<bootstrapper> <identifier>". When
-// the key holds this member's name alone (its bootstrap has not recorded
-// one yet), it records this data's. It fails with errForeignData when the
-// two differ.
+// one recorded in the bootstrap key, and fails with errForeignData when
+// they differ. Before one is recorded there is nothing to compare.
 func (m *Manager) checkClusterID(ctx context.Context) error {
-	m.mu.Lock()
-	known := m.clusterID
-	m.mu.Unlock()
+	known, _, _, err := m.recordedClusterID(ctx)
+	if err != nil || known == "" {
+		return err
+	}
 	id, err := m.pg.SystemID(ctx)
 	if err != nil {
 		return err
-	}
-	if known == "" {
-		key := m.cfg.InitializeKey()
-		resp, err := m.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Value(key), "=", m.cfg.Name)).
-			Then(clientv3.OpPut(key, m.cfg.Name+" "+id)).
-			Else(clientv3.OpGet(key)).
-			Commit()
-		if err != nil {
-			return fmt.Errorf("read %s: %w", key, err)
-		}
-		switch {
-		case resp.Succeeded:
-			known = id
-		case len(resp.Responses[0].GetResponseRange().Kvs) == 1:
-			v := string(resp.Responses[0].GetResponseRange().Kvs[0].Value)
-			if _, rec, ok := strings.Cut(v, " "); ok {
-				known = rec
-			}
-		}
-		if known == "" {
-			return nil // another member's bootstrap, not recorded yet: nothing to compare
-		}
-		m.mu.Lock()
-		m.clusterID = known
-		m.mu.Unlock()
 	}
 	if id != known {
 		return fmt.Errorf("%w: its system identifier is %s, the cluster's (%s) is %s", errForeignData, id, m.cfg.InitializeKey(), known)
 	}
 	return nil
+}
+
+// recordClusterID records the new primary's system identifier in the
+// bootstrap key when it holds none yet (Patroni does the same): the first
+// promotion of a new cluster, or a key written before identifiers were
+// recorded. From then on nobody runs initdb, and data with another
+// identifier never runs (checkClusterID). It fails, failing the
+// promotion, when the key holds another identifier.
+func (m *Manager) recordClusterID(ctx context.Context) error {
+	id, err := m.pg.SystemID(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		known, value, rev, err := m.recordedClusterID(ctx)
+		switch {
+		case err != nil:
+			return err
+		case known == id:
+			return nil
+		case known != "":
+			return fmt.Errorf("%w: this primary's system identifier is %s, the cluster's (%s) is %s", errForeignData, id, m.cfg.InitializeKey(), known)
+		}
+		key := m.cfg.InitializeKey()
+		if value == "" {
+			value = m.cfg.Name
+		}
+		resp, err := m.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, value+" "+id)).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("record the cluster's identifier in %s: %w", key, err)
+		}
+		if resp.Succeeded {
+			m.event("cluster-id", zap.String("system_identifier", id))
+			return nil
+		}
+	}
+}
+
+// promotedLast reports whether /last-primary names this member: no other
+// member has been promoted since it was.
+func (m *Manager) promotedLast(ctx context.Context) (bool, error) {
+	r, err := m.cli.Get(ctx, m.cfg.LastPrimaryKey())
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", m.cfg.LastPrimaryKey(), err)
+	}
+	return len(r.Kvs) == 1 && string(r.Kvs[0].Value) == m.cfg.Name, nil
 }
 
 // startCampaign runs the election in the background unless it runs.
@@ -526,7 +572,11 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 		began := time.Now()
 		drained := m.pg.Fence(m.drainFor(cause))
 		m.mu.Lock()
-		m.elected, m.role, m.needRewind = false, RoleFenced, true
+		// Only a member that promoted may have diverged: one whose
+		// promotion never began is still a standby of the old timeline.
+		m.elected, m.role = false, RoleFenced
+		m.needRewind = m.needRewind || m.promoting
+		m.promoting = false
 		m.mu.Unlock()
 		m.event("fenced", zap.Uint64("term", term.Token), zap.NamedError("cause", cause),
 			zap.Bool("drained", drained), zap.Duration("took", time.Since(began)))
@@ -602,6 +652,9 @@ func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
 		if _, err := m.cli.Put(ctx, m.cfg.LastPrimaryKey(), m.cfg.Name); err != nil {
 			return fmt.Errorf("record %s: %w", m.cfg.LastPrimaryKey(), err)
 		}
+		m.mu.Lock()
+		m.promoting = true
+		m.mu.Unlock()
 		m.event("promoting", zap.Uint64("term", term.Token))
 		var ok bool
 		if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil {
@@ -621,6 +674,9 @@ func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
 	}
 	if err := recordTerm(ctx, conn, term.Token, m.cfg.Name); err != nil {
 		return fmt.Errorf("record term %d: %w", term.Token, err)
+	}
+	if err := m.recordClusterID(ctx); err != nil {
+		return err
 	}
 	if err := m.pg.Configure("", false); err != nil {
 		return err

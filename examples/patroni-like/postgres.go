@@ -113,10 +113,16 @@ func dsn(addr string) string {
 	return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=2", host, port)
 }
 
-// HasData reports whether the data directory holds a cluster.
+// HasData reports whether the data directory holds a whole cluster: its
+// PG_VERSION, written first, and its control file, which pg_basebackup
+// copies last (a copy cut short by a crash is no data, and is copied again).
 func (p *Postgres) HasData() bool {
-	_, err := os.Stat(filepath.Join(p.data, "PG_VERSION"))
-	return err == nil
+	for _, f := range []string{"PG_VERSION", filepath.Join("global", "pg_control")} {
+		if _, err := os.Stat(filepath.Join(p.data, f)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // prepareDir creates an empty data directory owned by the PostgreSQL user,

@@ -4,6 +4,10 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -69,4 +73,34 @@ func TestRestart_OneMemberClusterComesBack(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("row %d after the restart: count %d, %v", id, n, err)
 	}
+
+	// PostgreSQL dies under the primary: the term ends, and the member,
+	// promoted last, must not wait for another primary either.
+	pid, err := postmasterPID(filepath.Join(dir, "node1", "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p3, err := c.waitPrimary(ctx, 30*time.Second, "")
+	for err == nil && p3.Term <= p2.Term { // the old term may still answer for a moment
+		time.Sleep(100 * time.Millisecond)
+		p3, err = c.waitPrimary(ctx, 30*time.Second, "")
+	}
+	if err != nil {
+		_, st, _ := c.get(ctx, "node1", "/status")
+		t.Fatalf("after PostgreSQL died under the only member: %v; /status role %q", err, st.Role)
+	}
+	t.Logf("the only member led again under term %d after a restart, and under term %d after PostgreSQL died", p2.Term, p3.Term)
+}
+
+// postmasterPID reads the postmaster's pid from its data directory.
+func postmasterPID(data string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(first))
 }

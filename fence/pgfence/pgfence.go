@@ -49,9 +49,9 @@ type txBeginner interface {
 // begin starts Do's transaction at READ COMMITTED. A pgx.Tx runs Do in a
 // savepoint, at its own level (see Beginner). Any other Beginner (a wrapper
 // offering Begin alone) starts at the server's default level, which may be
-// stricter: the transaction is set to READ COMMITTED, or refused with an
-// error wrapping tenure.ErrInvalidConfig when it cannot be (a wrapper of a
-// transaction that has already run a query).
+// stricter: the transaction is set to READ COMMITTED, unless it is a
+// savepoint of a transaction the wrapper holds, which runs at that
+// transaction's level, as a pgx.Tx does.
 func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 	if b, ok := db.(txBeginner); ok {
 		return b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -72,8 +72,13 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 		return tx, nil
 	}
 	if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, fmt.Errorf("%w: pgfence: the Beginner's transaction runs at %s and cannot be set to READ COMMITTED, which Do needs (a newer term waiting behind an older one would fail to serialize): %w", tenure.ErrInvalidConfig, level, err)
+		// PostgreSQL refuses it in a savepoint: the Beginner wraps a
+		// transaction of the caller's, and Do runs at its level, as for
+		// a pgx.Tx (see Beginner).
+		if rerr := tx.Rollback(ctx); rerr != nil {
+			return nil, rerr
+		}
+		return db.Begin(ctx)
 	}
 	return tx, nil
 }

@@ -361,3 +361,36 @@ func TestDo_BeginOnlyBeginnerRunsAtReadCommitted(t *testing.T) {
 		t.Errorf("the newer term was refused: %v", e2)
 	}
 }
+
+// TestDo_BeginOnlyWrapperOfATxRunsAtItsLevel: a Begin-only Beginner that
+// wraps a transaction of the caller's makes savepoints, in which
+// PostgreSQL refuses SET TRANSACTION; Do then runs at the caller's level,
+// as for a pgx.Tx, instead of failing.
+func TestDo_BeginOnlyWrapperOfATxRunsAtItsLevel(t *testing.T) {
+	ctx := context.Background()
+	db := pool(t)
+	dropAfter(t, db, "fence_wrap_tx")
+	f := pgfence.Fence{Table: "fence_wrap_tx"}
+	if err := f.Setup(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	wrote := false
+	if err := f.Do(ctx, beginOnly{tx}, "r", 5, func(context.Context, pgx.Tx) error { wrote = true; return nil }); err != nil {
+		t.Fatalf("Do through a Begin-only wrapper of a REPEATABLE READ transaction: %v", err)
+	}
+	if !wrote {
+		t.Fatal("Do did not run the write")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var token int64
+	if err := db.QueryRow(ctx, `SELECT token FROM fence_wrap_tx WHERE name = 'r'`).Scan(&token); err != nil || token != 5 {
+		t.Fatalf("fence row = %d, %v; want 5", token, err)
+	}
+}
