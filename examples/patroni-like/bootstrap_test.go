@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,30 +17,9 @@ import (
 // until a member with the cluster's data leads, then copies it. Then a
 // member whose directory holds another cluster's data must never start.
 func TestBootstrap_WipedBootstrapperDoesNotReinitialize(t *testing.T) {
-	if _, err := findBinDir(); err != nil {
-		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	c, err := newLocalCluster(dir, 3, testTTL, testLoopWait, func(cfg string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "--config", cfg)
-		cmd.Env = append(os.Environ(), managerEnv+"=1")
-		return cmd
-	}, func(ev Event) {
-		t.Logf("event: %s %-12s term %d %s%s", ev.Node, ev.Event, ev.Term, ev.Cause, ev.Reason)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.close()
-		if t.Failed() {
-			for _, n := range c.names() {
-				t.Logf("logs of %s: %s, %s", n, c.managerLog(n), pgLogPath(dir, n))
-			}
-		}
-	})
+	c, dir := testCluster(t, 3)
 	for _, n := range c.names() {
 		if err := c.start(n); err != nil {
 			t.Fatal(err)

@@ -228,37 +228,10 @@ type tenureSpan struct {
 // member is promoted) and its return; and throughout, that no two members
 // ever accepted writes at once: every commit's term against the history.
 func TestFailover_EndToEnd(t *testing.T) {
-	if _, err := findBinDir(); err != nil {
-		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
-	}
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	c, err := newLocalCluster(dir, 3, testTTL, testLoopWait, func(cfg string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "--config", cfg)
-		cmd.Env = append(os.Environ(), managerEnv+"=1")
-		return cmd
-	}, func(ev Event) {
-		t.Logf("event: %s %-10s term %d %s%s%s", ev.Node, ev.Event, ev.Term, ev.Cause, ev.Reason, map[bool]string{true: " (drained)"}[ev.Drained])
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.close()
-		for _, n := range c.names() {
-			// Under -race, a data race in a manager process shows in its log.
-			if b, err := os.ReadFile(c.managerLog(n)); err == nil && strings.Contains(string(b), "DATA RACE") {
-				t.Errorf("data race in %s's manager: see %s", n, c.managerLog(n))
-			}
-		}
-		if t.Failed() {
-			for _, n := range c.names() {
-				t.Logf("logs of %s: %s, %s", n, c.managerLog(n), pgLogPath(dir, n))
-			}
-		}
-	})
+	c, _ := testCluster(t, 3)
 	for _, n := range c.names() {
 		if err := c.start(n); err != nil {
 			t.Fatal(err)
@@ -442,6 +415,44 @@ func TestFailover_EndToEnd(t *testing.T) {
 }
 
 func pgLogPath(dir, n string) string { return dir + "/" + n + "/data.log" }
+
+// testCluster makes a local cluster of n members, each manager a copy of
+// this test binary, with the test timings, its events in the test's log,
+// in a directory of the test's (returned); none started. At the test's
+// end it closes the cluster, fails the test on a data race a manager
+// logged (under -race), and names the logs of a failed test.
+func testCluster(t *testing.T, n int) (*localCluster, string) {
+	t.Helper()
+	if _, err := findBinDir(); err != nil {
+		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
+	}
+	dir := t.TempDir()
+	c, err := newLocalCluster(dir, n, testTTL, testLoopWait, func(cfg string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "--config", cfg)
+		cmd.Env = append(os.Environ(), managerEnv+"=1")
+		return cmd
+	}, func(ev Event) {
+		t.Logf("event: %s %-12s term %d %s%s%s", ev.Node, ev.Event, ev.Term, ev.Cause, ev.Reason, map[bool]string{true: " (drained)"}[ev.Drained])
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.close()
+		for _, n := range c.names() {
+			// Under -race, a data race in a manager process shows in its log.
+			if b, err := os.ReadFile(c.managerLog(n)); err == nil && strings.Contains(string(b), "DATA RACE") {
+				t.Errorf("data race in %s's manager: see %s", n, c.managerLog(n))
+			}
+		}
+		if t.Failed() {
+			for _, n := range c.names() {
+				t.Logf("logs of %s: %s, %s", n, c.managerLog(n), pgLogPath(dir, n))
+			}
+		}
+	})
+	return c, dir
+}
 
 // readRow waits until row id, under term, can be read on member n.
 func readRow(ctx context.Context, t *testing.T, c *localCluster, n string, id int64, term uint64) {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,23 +17,9 @@ import (
 // promoted last, so its data has not diverged from anyone's, and it leads
 // again with the row it wrote.
 func TestRestart_OneMemberClusterComesBack(t *testing.T) {
-	if _, err := findBinDir(); err != nil {
-		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	c, err := newLocalCluster(dir, 1, testTTL, testLoopWait, func(cfg string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "--config", cfg)
-		cmd.Env = append(os.Environ(), managerEnv+"=1")
-		return cmd
-	}, func(ev Event) {
-		t.Logf("event: %s %-10s term %d %s%s", ev.Node, ev.Event, ev.Term, ev.Cause, ev.Reason)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.close)
+	c, dir := testCluster(t, 1)
 	if err := c.start("node1"); err != nil {
 		t.Fatal(err)
 	}
