@@ -188,36 +188,9 @@ func mustDie(t *testing.T, pid int, d time.Duration, what string) {
 func TestExec_CutOffHolderStopsCommandBeforeSuccessor(t *testing.T) { eachBackend(t, testCutOff) }
 
 func testCutOff(t *testing.T, v env) {
-	key, dir := v.key(t), dirT(t)
-	proxy, err := faultproxy.New(v.endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	alive := path(dir, "a-alive")
-	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "3s", "--grace", "300ms", "--",
-		"sh", "-c", `trap '' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`)...)
-	pidIn(t, path(dir, "a-pid"))
-	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "3s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
-	v.waitQueued(t, key, 2)
-	cut := time.Now()
-	proxy.Blackhole()
-	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
-	if code := a.wait(t, 5*time.Second); code != exitLostLead {
-		t.Fatalf("cut-off holder exited %d, want %d; stderr: %s", code, exitLostLead, a.stderr)
-	}
-	lastAlive := nanos(t, waitFile(t, alive, time.Second))
-	t.Logf("%s cut off: command's last sign of life %v after the cut, successor started %v after (%v later)",
-		v.backend, lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
-	if !lastAlive.Before(bStart) {
-		t.Fatalf("the cut-off holder's command was alive %v after the successor started", lastAlive.Sub(bStart))
-	}
-	if !strings.Contains(a.stderr.String(), "lost leadership") {
-		t.Fatalf("stderr %q does not say leadership was lost", a.stderr)
-	}
-	if code := b.wait(t, 5*time.Second); code != 0 {
-		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
-	}
+	cutOff(t, v, "300ms", func(alive, pidFile string) string {
+		return `trap '' TERM; echo $$ > ` + pidFile + `; while :; do date +%s%N > ` + alive + `.tmp; mv ` + alive + `.tmp ` + alive + `; sleep 0.01; done`
+	})
 }
 
 // TestExec_CutOffLeftoversDieByTheKillDeadline: a cut-off holder's CMD
@@ -227,17 +200,27 @@ func testCutOff(t *testing.T, v env) {
 // --grace: it gets SIGKILL at the same deadline as CMD would have, before
 // the next holder starts.
 func TestExec_CutOffLeftoversDieByTheKillDeadline(t *testing.T) {
-	v := env{"etcd", endpoint}
+	cutOff(t, env{"etcd", endpoint}, "1500ms", func(alive, pidFile string) string {
+		return `(trap '' TERM; while :; do date +%s%N > ` + alive + `.tmp; mv ` + alive + `.tmp ` + alive + `; sleep 0.01; done) &
+trap 'sleep 1.2; exit 0' TERM; echo $$ > ` + pidFile + `; while :; do sleep 0.01; done`
+	})
+}
+
+// cutOff runs a holder (TTL 3 s, --grace grace) whose command is script's
+// (given the file its processes stamp while alive and the file for its pid),
+// queues a successor, cuts the holder off from the backend, and checks that
+// nothing of the holder's command was alive once the successor started,
+// that the holder exited 4 saying why, and that the successor ran.
+func cutOff(t *testing.T, v env, grace string, script func(alive, pidFile string) string) {
 	key, dir := v.key(t), dirT(t)
 	proxy, err := faultproxy.New(v.endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	alive := path(dir, "child-alive")
-	script := `(trap '' TERM; while :; do date +%s%N > ` + alive + `.tmp; mv ` + alive + `.tmp ` + alive + `; sleep 0.01; done) &
-trap 'sleep 1.2; exit 0' TERM; echo $$ > ` + path(dir, "a-pid") + `; while :; do sleep 0.01; done`
-	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "3s", "--grace", "1500ms", "--", "sh", "-c", script)...)
+	alive := path(dir, "alive")
+	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "3s", "--grace", grace, "--",
+		"sh", "-c", script(alive, path(dir, "a-pid")))...)
 	pidIn(t, path(dir, "a-pid"))
 	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "3s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
 	v.waitQueued(t, key, 2)
@@ -247,12 +230,15 @@ trap 'sleep 1.2; exit 0' TERM; echo $$ > ` + path(dir, "a-pid") + `; while :; do
 	if code := a.wait(t, 5*time.Second); code != exitLostLead {
 		t.Fatalf("cut-off holder exited %d, want %d; stderr: %s", code, exitLostLead, a.stderr)
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // a leftover still running would stamp again
 	lastAlive := nanos(t, waitFile(t, alive, time.Second))
-	t.Logf("cut off: the command's child last alive %v after the cut, the successor started %v after (%v later)",
-		lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
+	t.Logf("%s cut off (--grace %s): the command's last sign of life %v after the cut, successor started %v after (%v later)",
+		v.backend, grace, lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
 	if !lastAlive.Before(bStart) {
-		t.Fatalf("the cut-off holder's leftover child was alive %v after the successor started", lastAlive.Sub(bStart))
+		t.Fatalf("the cut-off holder's command was alive %v after the successor started", lastAlive.Sub(bStart))
+	}
+	if !strings.Contains(a.stderr.String(), "lost leadership") {
+		t.Fatalf("stderr %q does not say leadership was lost", a.stderr)
 	}
 	if code := b.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
