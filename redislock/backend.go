@@ -473,11 +473,9 @@ func (b *Backend) fanOut(ctx context.Context, per time.Duration, enough func(rep
 			cancel()
 		}()
 	}()
-	var timeout <-chan time.Time
+	var timeout <-chan struct{} // the calls' own deadline, per after the start
 	if per > 0 {
-		t := time.NewTimer(per)
-		defer t.Stop()
-		timeout = t.C
+		timeout = cctx.Done()
 	}
 	good := 0
 	for n := 0; n < len(b.masters); n++ {
