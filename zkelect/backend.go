@@ -323,7 +323,8 @@ func translate(op string, err error) error {
 	case errors.Is(err, zk.ErrNoAuth):
 		// Waiting will not help: the credentials or the ACL must change.
 		return fmt.Errorf("%w: zookeeper %s: refused by the node's ACL (wrong or missing digest credentials?): %w", tenure.ErrInvalidConfig, op, err)
-	case errors.Is(err, zk.ErrBadArguments), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrInvalidACL):
+	case errors.Is(err, zk.ErrBadArguments), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrInvalidACL),
+		errors.Is(err, zk.ErrShortBuffer): // a request too large to encode: sending it again will not help
 		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrInvalidConfig, op, err)
 	default:
 		return fmt.Errorf("%w: zookeeper %s: %w", tenure.ErrUnavailable, op, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/zkelect"
 )
 
 // TestBadInput_ZKKeysRefusedLikeTheServer: keys CheckKey refuses because
@@ -93,5 +94,33 @@ func TestBadInput_ZKGarbageChildrenAreIgnored(t *testing.T) {
 	slices.Sort(want)
 	if err != nil || !slices.Equal(children, want) {
 		t.Fatalf("children after resign = %q, %v; want the garbage only: %q", children, err, want)
+	}
+}
+
+// TestBadInput_OversizedIdentityIsRefused: the identity is the node's
+// data. One above the server's 1 MB request limit made the server drop the
+// connection that every elector of the Backend shares; the create looked
+// like a lost reply and was retried until the campaign's ctx ended (7
+// reconnections in 8 s). Above MaxIdentityLen it is refused at once; at
+// the limit it is taken.
+func TestBadInput_OversizedIdentityIsRefused(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	b := dialWith(t)
+	key := secKey(t)
+	big := newZKElector(t, b, key, strings.Repeat("x", 1_100_000))
+	start := time.Now()
+	if _, err := big.Campaign(ctx); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Campaign with a 1.1 MB identity = %v, want ErrInvalidConfig", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("refused only after %v", took)
+	}
+	ok := newZKElector(t, b, key, strings.Repeat("y", zkelect.MaxIdentityLen))
+	term, err := ok.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign with an identity of MaxIdentityLen: %v", err)
+	}
+	if len(term.Identity) != zkelect.MaxIdentityLen {
+		t.Fatalf("term identity of %d bytes", len(term.Identity))
 	}
 }

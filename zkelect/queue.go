@@ -57,6 +57,10 @@ func (s *session) stat(ctx context.Context, p string) (*zk.Stat, bool, error) {
 	return r.st, r.ok, nil
 }
 
+// MaxIdentityLen is the longest identity Enqueue takes, in bytes: it is the
+// node's data, far below the server's default 1 MB limit on a request.
+const MaxIdentityLen = 64 << 10
+
 // Enqueue creates "<key>/_c_<uuid>-lock-<seq>", ephemeral and sequential,
 // with the identity as data. When the reply is lost it finds the node by
 // its uuid. When Enqueue fails (the caller gave up while a create was in
@@ -65,6 +69,12 @@ func (s *session) stat(ctx context.Context, p string) (*zk.Stat, bool, error) {
 // the link is back, until it is gone or the Backend closes, whichever of
 // the connection's sessions owns it.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election.Ticket, err error) {
+	if len(identity) > MaxIdentityLen {
+		// The identity is the node's data. The server drops the connection
+		// (every elector's on this Backend) on a packet above its 1 MB
+		// jute.maxbuffer, which would look like a lost reply, retried for good.
+		return election.Ticket{}, fmt.Errorf("%w: zookeeper: identity of %d bytes is longer than %d", tenure.ErrInvalidConfig, len(identity), MaxIdentityLen)
+	}
 	// One entry per session and key, as the interface says: a node an
 	// earlier campaign left (its delete failed) is returned, not doubled,
 	// or it would stand ahead of its own session for good.
@@ -313,7 +323,13 @@ func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
 	return i, nil
 }
 
-// watch sets a watch on p; ok reports whether p exists.
+// watch sets a watch on p; ok reports whether p exists. It reads p with
+// GetW, not ExistsW: an exists watch on a missing node stays registered,
+// on the client and the server, until that path is created, and a
+// contender's name is never created again, so every predecessor that left
+// between a queue read and its watch would leave a watch behind for the
+// connection's life (sent again on every reconnection). A data watch is
+// set only on a node that exists.
 func (s *session) watch(ctx context.Context, p string) (<-chan zk.Event, *zk.Stat, bool, error) {
 	type res struct {
 		ok bool
@@ -321,8 +337,11 @@ func (s *session) watch(ctx context.Context, p string) (<-chan zk.Event, *zk.Sta
 		ch <-chan zk.Event
 	}
 	r, err := call(ctx, s.b, func() (res, error) {
-		ok, st, ch, err := s.b.conn.ExistsW(p)
-		return res{ok, st, ch}, err
+		_, st, ch, err := s.b.conn.GetW(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			return res{}, nil
+		}
+		return res{err == nil, st, ch}, err
 	}, nil)
 	if err != nil {
 		return nil, nil, false, translate("watch "+p, err)

@@ -3,7 +3,10 @@ package zkelect_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"path"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +75,66 @@ func TestWake_OwnNodeDeletedWithPredecessorIsNotElected(t *testing.T) {
 			t.Fatalf("round %d: b leads without a node", round)
 		}
 		cancel()
+	}
+}
+
+// wchc returns the server's watches by session (the four-letter command).
+func wchc(t *testing.T) string {
+	t.Helper()
+	c, err := net.Dial("tcp", server.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "wchc"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+// TestWaitHead_VanishedPredecessorLeavesNoWatch: a predecessor that left
+// between the queue read and its watch must leave no watch behind. An
+// exists watch on a missing node stays registered, on the client and the
+// server, until that path is created again, and a contender's name never
+// is: each such watch would live for the connection's life and be sent
+// again on every reconnection.
+func TestWaitHead_VanishedPredecessorLeavesNoWatch(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := secKey(t)
+	raw := rawConn(t, "", "")
+	p := ""
+	for _, part := range strings.Split(key[1:], "/") {
+		p += "/" + part
+		if _, err := raw.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
+	pred, err := raw.Create(key+"/_c_00000000-0000-4000-8000-000000000001-lock-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := dialWith(t)
+	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	tk, err := s.Enqueue(ctx, key, "w") // its first look at the queue shows pred ahead
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Delete(pred, -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WaitHead(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Dequeue(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if out := wchc(t); strings.Contains(out, pred) {
+		t.Fatalf("a watch on the vanished predecessor %s is still registered:\n%s", pred, out)
 	}
 }
