@@ -20,11 +20,7 @@ func TestBootstrap_WipedBootstrapperDoesNotReinitialize(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, dir := testCluster(t, 3)
-	for _, n := range c.names() {
-		if err := c.start(n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	startAll(t, c)
 	p1, err := c.waitPrimary(ctx, 90*time.Second, "")
 	if err != nil {
 		t.Fatal(err)

@@ -232,11 +232,7 @@ func TestFailover_EndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, _ := testCluster(t, 3)
-	for _, n := range c.names() {
-		if err := c.start(n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	startAll(t, c)
 
 	// 1. Bootstrap: one primary, two streaming standbys.
 	p1, err := c.waitPrimary(ctx, 90*time.Second, "")
@@ -452,6 +448,16 @@ func testCluster(t *testing.T, n int) (*localCluster, string) {
 		}
 	})
 	return c, dir
+}
+
+// startAll starts every member of c.
+func startAll(t *testing.T, c *localCluster) {
+	t.Helper()
+	for _, n := range c.names() {
+		if err := c.start(n); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // readRow waits until row id, under term, can be read on member n.
