@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenure-go/tenure/internal/faultproxy"
 	"github.com/tenure-go/tenure/internal/testnet"
 )
 
@@ -109,6 +110,13 @@ type Options struct {
 	// StartTimeout bounds how long Start waits for the servers to serve, and
 	// Restart for a server to come back. Default 60 s.
 	StartTimeout time.Duration
+	// Partitionable, for an ensemble, routes every link from one server to
+	// another (quorum and leader election alike, one proxy per direction)
+	// through a TCP proxy in the calling process, so that Isolate can cut a
+	// server off from the others while its clients still reach it. Each
+	// server's zoo.cfg then names the others by their proxies' ports.
+	// Default false: the servers talk directly.
+	Partitionable bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -169,6 +177,9 @@ type Ensemble struct {
 	mu      sync.Mutex
 	servers []*server
 	closed  bool
+	// links[i][j] are the proxies server i reaches server j through (quorum,
+	// election), with Options.Partitionable; nil otherwise.
+	links [][][2]*faultproxy.Proxy
 }
 
 type server struct {
@@ -255,12 +266,18 @@ func start(dir string, opts Options) (*Ensemble, error) {
 		}
 		e.servers = append(e.servers, s)
 	}
+	if opts.Partitionable && n > 1 {
+		if err := e.openLinks(); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range e.servers {
 		// A previous attempt's files would only confuse: start afresh.
 		if err := os.RemoveAll(s.dir); err != nil {
 			return nil, fmt.Errorf("zkserver: %w", err)
 		}
 		if err := e.writeConfig(s); err != nil {
+			e.closeLinks()
 			return nil, err
 		}
 	}
@@ -269,14 +286,101 @@ func start(dir string, opts Options) (*Ensemble, error) {
 	for _, s := range e.servers {
 		if err := e.launch(s); err != nil {
 			e.killAllLocked()
+			e.closeLinks()
 			return nil, err
 		}
 	}
 	if err := e.waitLocked(e.servers, true); err != nil {
 		e.killAllLocked()
+		e.closeLinks()
 		return nil, err
 	}
 	return e, nil
+}
+
+// openLinks starts the proxies of Options.Partitionable: one per ordered
+// pair of servers and port.
+func (e *Ensemble) openLinks() error {
+	e.links = make([][][2]*faultproxy.Proxy, len(e.servers))
+	for i := range e.servers {
+		e.links[i] = make([][2]*faultproxy.Proxy, len(e.servers))
+		for j, o := range e.servers {
+			if i == j {
+				continue
+			}
+			for k, port := range []int{o.quorumPort, o.electionPort} {
+				p, err := faultproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+				if err != nil {
+					e.closeLinks()
+					return fmt.Errorf("zkserver: %w", err)
+				}
+				e.links[i][j][k] = p
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Ensemble) closeLinks() {
+	for _, row := range e.links {
+		for _, pair := range row {
+			for _, p := range pair {
+				if p != nil {
+					_ = p.Close()
+				}
+			}
+		}
+	}
+	e.links = nil
+}
+
+// peerPorts returns the quorum and election ports server s reaches server o
+// at: o's own, or the proxies' of Options.Partitionable.
+func (e *Ensemble) peerPorts(s, o *server) (quorum, election int) {
+	if e.links == nil || s == o {
+		return o.quorumPort, o.electionPort
+	}
+	pair := e.links[s.index][o.index]
+	port := func(p *faultproxy.Proxy) int {
+		_, ps, _ := net.SplitHostPort(p.Addr())
+		n, _ := strconv.Atoi(ps)
+		return n
+	}
+	return port(pair[0]), port(pair[1])
+}
+
+// Isolate cuts server i off from every other server of an ensemble started
+// with Options.Partitionable: the links between them, both ways, drop every
+// byte without closing (as a network partition does), while server i's
+// clients still reach it. It lasts until Rejoin.
+func (e *Ensemble) Isolate(i int) error { return e.setLinks(i, true) }
+
+// Rejoin ends Isolate(i): the links carry bytes again (the connections
+// that lost bytes are closed, and the servers reconnect).
+func (e *Ensemble) Rejoin(i int) error { return e.setLinks(i, false) }
+
+func (e *Ensemble) setLinks(i int, cut bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, err := e.server(i); err != nil {
+		return err
+	}
+	if e.links == nil {
+		return errors.New("zkserver: the ensemble was not started with Options.Partitionable")
+	}
+	for j := range e.servers {
+		if j == i {
+			continue
+		}
+		for _, p := range append(e.links[i][j][:], e.links[j][i][:]...) {
+			if cut {
+				p.Blackhole()
+			} else {
+				p.Heal()
+			}
+		}
+	}
+	return nil
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -309,7 +413,8 @@ func (e *Ensemble) writeConfig(s *server) error {
 	fmt.Fprintf(&b, "snapshot.trust.empty=true\n")
 	if len(e.servers) > 1 {
 		for _, o := range e.servers {
-			fmt.Fprintf(&b, "server.%d=127.0.0.1:%d:%d\n", o.index+1, o.quorumPort, o.electionPort)
+			q, el := e.peerPorts(s, o)
+			fmt.Fprintf(&b, "server.%d=127.0.0.1:%d:%d\n", o.index+1, q, el)
 		}
 		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprintf("%d\n", s.index+1)), 0o644); err != nil {
 			return fmt.Errorf("zkserver: %w", err)
@@ -485,6 +590,20 @@ func (e *Ensemble) server(i int) (*server, error) {
 	return e.servers[i], nil
 }
 
+// Mode returns what server i's `srvr` answer says it is ("leader",
+// "follower", "standalone"), or "" while it does not serve clients (a
+// server looking for a leader, or stopped). It asks once, without waiting.
+func (e *Ensemble) Mode(i int) string {
+	e.mu.Lock()
+	s, err := e.server(i)
+	e.mu.Unlock()
+	if err != nil {
+		return ""
+	}
+	mode, _ := srvrMode(s.endpoint(), time.Second)
+	return mode
+}
+
 // Kill sends SIGKILL to server i and waits for it to exit. Its data stay, for
 // Restart. It fails if the server is not running.
 func (e *Ensemble) Kill(i int) error {
@@ -557,6 +676,7 @@ func (e *Ensemble) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.killAllLocked()
+	e.closeLinks()
 	e.closed = true
 }
 
