@@ -37,9 +37,14 @@
 //   - Session expiry is a loss even though go-zookeeper silently opens a new
 //     session: the session is tied to the ZooKeeper session id it started
 //     with.
-//   - The lease deadline: the session confirms itself with an Exists every
+//   - The lease deadline: the session confirms itself with a sync every
 //     RenewInterval; each reply moves the deadline to send time + session
 //     timeout − margin. The negotiated session timeout must equal the TTL.
+//     A sync is answered only after the ensemble's leader server, which
+//     expires sessions, has seen it: a follower cut off from that server
+//     answers reads from its own copy for up to syncLimit × tickTime, and
+//     a read it answered would prove nothing (docs/zookeeper.md says what
+//     is left).
 //   - Events arrive through a non-blocking callback (go-zookeeper drops
 //     events when its channel is full).
 //

@@ -229,3 +229,135 @@ func TestEnsemble_LeaderServerKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsemble_FollowerCutOffFromTheLeaderServer: a leader connected to a
+// follower server that loses its links to the other servers (while the
+// leader server keeps its quorum and counts the session down) demotes
+// itself before the candidate on the quorum's side is elected. The
+// follower answers its clients from its own copy for syncLimit × tickTime
+// (1 s here) after the cut, so a confirmation it answers alone proves
+// nothing about the session on the quorum's side.
+func TestEnsemble_FollowerCutOffFromTheLeaderServer(t *testing.T) {
+	ens, err := zkserver.Start(t.TempDir(), zkserver.Options{Servers: 3, Partitionable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ens.Close()
+	const sessionTimeout = 2 * time.Second // ttl; the servers' maximum
+	const rounds = 3
+	for round := range rounds {
+		leader, err := ens.Leader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		follower, other := (leader+1)%3, (leader+2)%3
+		key := electiontest.Key(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		var (
+			mu                    sync.Mutex
+			aStarted, aEnded, bAt time.Time
+		)
+		elected := make(chan string, 2)
+		run := func(id string, endpoints []string, work func(context.Context)) (stop func()) {
+			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+			b, err := zkelect.Dial(dctx, endpoints, sessionTimeout)
+			dcancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: sessionTimeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, rcancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = e.Run(rctx, tenure.Callbacks{OnElected: func(lctx context.Context, _ tenure.Term) {
+					elected <- id
+					work(lctx)
+				}})
+			}()
+			return func() {
+				rcancel()
+				<-done
+				_ = e.Close(context.Background())
+				b.Close()
+			}
+		}
+		// a reaches only the follower; b only the other two servers.
+		stopA := run("a", []string{ens.Endpoint(follower)}, func(lctx context.Context) {
+			mu.Lock()
+			first := aStarted.IsZero()
+			if first {
+				aStarted = time.Now()
+			}
+			mu.Unlock()
+			<-lctx.Done()
+			if first {
+				mu.Lock()
+				aEnded = time.Now()
+				mu.Unlock()
+			}
+		})
+		if id := <-elected; id != "a" {
+			t.Fatalf("round %d: %s elected first, want a", round, id)
+		}
+		stopB := run("b", []string{ens.Endpoint(leader), ens.Endpoint(other)}, func(lctx context.Context) {
+			mu.Lock()
+			if bAt.IsZero() {
+				bAt = time.Now()
+			}
+			mu.Unlock()
+			<-lctx.Done()
+		})
+		admin, _, err := zk.Connect([]string{ens.Endpoint(leader)}, sessionTimeout, zk.WithLogInfo(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "b queued behind a", func() bool {
+			c, _, err := admin.Children(key)
+			return err == nil && len(c) == 2
+		})
+		admin.Close()
+		// Cut at another point of a's renewal cycle (TTL/3) each round.
+		time.Sleep(time.Duration(round) * sessionTimeout / 3 / rounds)
+		cutAt := time.Now()
+		if err := ens.Isolate(follower); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case id := <-elected:
+			if id != "b" {
+				t.Fatalf("round %d: %s elected after the cut, want b", round, id)
+			}
+		case <-ctx.Done():
+			t.Fatalf("round %d: b not elected after the follower was cut off", round)
+		}
+		mu.Lock()
+		ended, bStarted := aEnded, bAt
+		mu.Unlock()
+		if ended.IsZero() {
+			// b's work has started; give a's a moment to report, for the log.
+			time.Sleep(2 * sessionTimeout)
+			mu.Lock()
+			ended = aEnded
+			mu.Unlock()
+			if ended.IsZero() {
+				t.Fatalf("round %d: a still leads %v after the cut (b elected %v after it)", round, time.Since(cutAt), bStarted.Sub(cutAt))
+			}
+		}
+		t.Logf("round %d (follower server %d cut off from leader server %d): a's work ended %v after the cut, b elected %v after it",
+			round, follower, leader, ended.Sub(cutAt).Round(time.Millisecond), bStarted.Sub(cutAt).Round(time.Millisecond))
+		if !ended.Before(bStarted) {
+			t.Errorf("round %d: a's work ran until %v after b was elected", round, ended.Sub(bStarted))
+		}
+		stopB()
+		stopA()
+		cancel()
+		if err := ens.Rejoin(follower); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the follower serving again", func() bool { return ens.Mode(follower) == "follower" })
+	}
+}

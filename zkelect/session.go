@@ -16,7 +16,7 @@ import (
 )
 
 // OpenSession ties a session to the connection's current ZooKeeper session
-// and confirms it with an Exists every opts.RenewInterval.
+// and confirms it with a sync every opts.RenewInterval.
 func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
 	if err := b.CheckTTL(opts.TTL); err != nil {
 		return nil, err
@@ -97,8 +97,15 @@ func (s *session) expired(cause error) error {
 // ZooKeeper session.
 func (s *session) alive() bool { return s.b.sessionID.Load() == s.id }
 
-// confirm sends one Exists and, when it is answered on this session's
+// confirm sends one sync and, when it is answered on this session's
 // ZooKeeper session, returns the renewal it proves.
+//
+// A sync, unlike a read, is answered only after it has gone through the
+// ensemble's leader server, which is the one that expires sessions. A
+// follower that has lost its leader answers reads from its own copy for up
+// to syncLimit × tickTime before it drops its clients, while the leader
+// server counts the session down: a read it answers proves nothing about
+// the session there. Its syncs go unanswered.
 func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 	if !s.alive() {
 		return election.Renewal{}, s.expired(errors.New("replaced"))
@@ -111,15 +118,12 @@ func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 	}
 	s.mu.Unlock()
 	sent := s.opts.Now()
-	_, err := call(ctx, s.b, func() (bool, error) {
-		ok, _, err := s.b.conn.Exists(probe)
-		return ok, err
-	}, nil)
+	_, err := call(ctx, s.b, func() (string, error) { return s.b.conn.Sync(probe) }, nil)
 	if err != nil {
 		if errors.Is(err, zk.ErrSessionExpired) || !s.alive() {
 			return election.Renewal{}, s.expired(err)
 		}
-		return election.Renewal{}, translate("exists "+probe, err)
+		return election.Renewal{}, translate("sync "+probe, err)
 	}
 	if !s.alive() {
 		return election.Renewal{}, s.expired(errors.New("replaced while renewing"))
