@@ -38,8 +38,8 @@ bench-quick:
 
 # The fault-injection safety suite's long mode (test/chaos): every scenario
 # on a three-member etcd cluster, a three-server ZooKeeper ensemble and one
-# redis-server (Redis skips expire and leaderkill), for CHAOS_DURATION per
-# backend, then the table. The backends run side by side as parallel
+# redis-server (Redis skips expire and leaderkill; only ZooKeeper runs
+# partition), for CHAOS_DURATION per backend, then the table. The backends run side by side as parallel
 # subtests, at most GOMAXPROCS at a time (on 2 cores one waits for another
 # to finish). CHAOS_BACKENDS (comma-separated: etcd,zookeeper,redis) narrows
 # the backends. The last line is "violations: N"; the exit status is

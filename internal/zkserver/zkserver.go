@@ -604,6 +604,35 @@ func (e *Ensemble) Mode(i int) string {
 	return mode
 }
 
+// Sessions returns the ids of the sessions whose clients are connected to
+// server i now, from its `cons` answer. It asks once, without waiting.
+func (e *Ensemble) Sessions(i int) ([]int64, error) {
+	e.mu.Lock()
+	s, err := e.server(i)
+	e.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	r, err := fourLetterWord(s.endpoint(), "cons", time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("zkserver: cons on server %d: %w", i, err)
+	}
+	var ids []int64
+	for _, line := range strings.Split(r, "\n") {
+		_, rest, ok := strings.Cut(line, "sid=0x")
+		if !ok {
+			continue
+		}
+		hex, _, _ := strings.Cut(rest, ",")
+		id, err := strconv.ParseUint(strings.TrimRight(hex, ")"), 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("zkserver: cons on server %d: %q: %w", i, line, err)
+		}
+		ids = append(ids, int64(id))
+	}
+	return ids, nil
+}
+
 // Kill sends SIGKILL to server i and waits for it to exit. Its data stay, for
 // Restart. It fails if the server is not running.
 func (e *Ensemble) Kill(i int) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,5 +241,68 @@ func TestOptionsDefaults(t *testing.T) {
 	}
 	if _, err := (Options{MinSessionTimeout: time.Second, MaxSessionTimeout: time.Millisecond}).withDefaults(); err == nil {
 		t.Error("inverted session timeouts accepted")
+	}
+}
+
+// TestPartitionable: Sessions names the sessions connected to a server;
+// Isolate cuts a follower off from the others (it stops serving its
+// clients, while the other two keep a quorum and take writes) and Rejoin
+// brings it back with what it missed. Isolate needs Partitionable.
+func TestPartitionable(t *testing.T) {
+	t.Parallel()
+	e := startEnsemble(t, Options{Servers: 3, Partitionable: true})
+	leader, err := e.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, other := (leader+1)%3, (leader+2)%3
+	conn, _ := connect(t, []string{e.Endpoint(f)}, 2*time.Second)
+	ids, err := e.Sessions(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ids, conn.SessionID()) {
+		t.Fatalf("Sessions(%d) = %#x, want it to hold the session %#x connected to it", f, ids, conn.SessionID())
+	}
+	if ids, err := e.Sessions(other); err != nil || slices.Contains(ids, conn.SessionID()) {
+		t.Fatalf("Sessions(%d) = %#x, %v; the session %#x is connected to server %d", other, ids, err, conn.SessionID(), f)
+	}
+
+	cut := time.Now()
+	if err := e.Isolate(f); err != nil {
+		t.Fatal(err)
+	}
+	for e.Mode(f) != "" {
+		if time.Since(cut) > 10*time.Second {
+			t.Fatalf("isolated server %d still serves (mode %q) 10s after the cut", f, e.Mode(f))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("isolated follower %d stopped serving %v after the cut", f, time.Since(cut).Round(time.Millisecond))
+	if m := e.Mode(leader); m != "leader" {
+		t.Fatalf("server %d: mode %q after the follower was cut off, want leader", leader, m)
+	}
+	majority, _ := connect(t, []string{e.Endpoint(other)}, 2*time.Second)
+	if _, err := majority.Create("/during", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatalf("write on the majority's side: %v", err)
+	}
+
+	if err := e.Rejoin(f); err != nil {
+		t.Fatal(err)
+	}
+	for e.Mode(f) != "follower" {
+		if time.Since(cut) > 40*time.Second {
+			t.Fatalf("server %d not following 40s after the cut and rejoin (mode %q)", f, e.Mode(f))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	back, _ := connect(t, []string{e.Endpoint(f)}, 2*time.Second)
+	if ok, _, err := back.Exists("/during"); err != nil || !ok {
+		t.Fatalf("rejoined server %d: Exists(/during) = %v, %v; want the write it missed", f, ok, err)
+	}
+
+	plain := startEnsemble(t, Options{Servers: 3})
+	if err := plain.Isolate(0); err == nil {
+		t.Fatal("Isolate on an ensemble started without Partitionable succeeded")
 	}
 }

@@ -66,6 +66,11 @@ type servers interface {
 	// (0 when none does): what a leader that keeps its term through a
 	// fault must still be.
 	Holder(key string) (uint64, error)
+	// Isolate cuts one follower server off from the other servers (its
+	// clients still reach it), the one most of the sessions given are
+	// connected to, and returns its index (in Endpoints) and a function
+	// that heals the links and waits for the server to serve again.
+	Isolate(sessions []int64) (server int, undo func() error, err error)
 	// LeaderChanges counts the server-side leader changes seen so far
 	// (0 when the backend cannot tell). A new server-side leader renews
 	// every session (etcd extends every lease by its TTL plus an election
@@ -89,9 +94,11 @@ const (
 )
 
 var backends = []backend{
-	{name: "etcd", linearizable: true, start: startEtcd},
+	// etcd members are not partitioned: a lease keep-alive is answered by
+	// the raft leader, so a member cut off from it cannot renew anything.
+	{name: "etcd", linearizable: true, start: startEtcd, unsupported: []string{"partition"}},
 	{name: "zookeeper", linearizable: true, start: startZK},
-	{name: "redis", linearizable: false, start: startRedis, unsupported: []string{"expire", "leaderkill"}},
+	{name: "redis", linearizable: false, start: startRedis, unsupported: []string{"expire", "leaderkill", "partition"}},
 }
 
 // ---- etcd: three embedded members ----
@@ -137,6 +144,8 @@ func (s *etcdServers) KillLeader() (func() error, error) {
 }
 
 func (s *etcdServers) RestartAll() error { return s.c.RestartAll() }
+
+func (s *etcdServers) Isolate([]int64) (int, func() error, error) { return 0, nil, errUnsupported }
 
 func (s *etcdServers) Expire(t *termInfo) error {
 	i := strings.LastIndexByte(t.entry, '/')
@@ -222,7 +231,7 @@ type zkServers struct {
 }
 
 func startZK(dir string) (servers, error) {
-	e, err := zkserver.Start(filepath.Join(dir, "zk"), zkserver.Options{Servers: 3, TickTime: zkTick, MaxSessionTimeout: 20 * time.Second})
+	e, err := zkserver.Start(filepath.Join(dir, "zk"), zkserver.Options{Servers: 3, TickTime: zkTick, MaxSessionTimeout: 20 * time.Second, Partitionable: true})
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +272,51 @@ func (s *zkServers) KillLeader() (func() error, error) {
 		return nil, err
 	}
 	return func() error { return s.e.Restart(i) }, nil
+}
+
+func (s *zkServers) Isolate(sessions []int64) (int, func() error, error) {
+	leader, err := s.e.Leader()
+	if err != nil {
+		return 0, nil, err
+	}
+	want := make(map[int64]bool, len(sessions))
+	for _, id := range sessions {
+		want[id] = true
+	}
+	pick, most := -1, -1
+	for i := range s.e.Len() {
+		if i == leader {
+			continue
+		}
+		ids, err := s.e.Sessions(i)
+		if err != nil {
+			return 0, nil, err
+		}
+		n := 0
+		for _, id := range ids {
+			if want[id] {
+				n++
+			}
+		}
+		if n > most {
+			pick, most = i, n
+		}
+	}
+	if err := s.e.Isolate(pick); err != nil {
+		return 0, nil, err
+	}
+	return pick, func() error {
+		if err := s.e.Rejoin(pick); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(30 * time.Second); s.e.Mode(pick) != "follower"; {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("chaos: server %d not following 30s after it rejoined (mode %q)", pick, s.e.Mode(pick))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil
+	}, nil
 }
 
 func (s *zkServers) RestartAll() error {

@@ -71,6 +71,8 @@ func (s *redisServers) RestartAll() error {
 
 func (s *redisServers) Expire(*termInfo) error { return errUnsupported }
 
+func (s *redisServers) Isolate([]int64) (int, func() error, error) { return 0, nil, errUnsupported }
+
 // Entries counts the lock key and the waiting entries (the token counter,
 // "<key>:fence", stays by design).
 func (s *redisServers) Entries(key string) (int, error) {

@@ -163,6 +163,51 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		// A partition puts every lane's leader on the side of a follower
+		// server, cut off from the other servers, which keep their
+		// quorum. The follower answers its clients from its own copy for
+		// syncLimit × tickTime (1 s here) before it drops them; a leader
+		// that took those answers for renewals would outlive its session.
+		// The follower chosen is the one most leaders are connected to;
+		// the others lose their own server.
+		name:   "partition",
+		server: true,
+		injectServer: func(r *run) (func() error, time.Duration, error) {
+			var leaders []*termInfo
+			var sessions []int64
+			for _, l := range r.lanes {
+				if t := l.leader(); t != nil {
+					leaders = append(leaders, t)
+					sessions = append(sessions, t.zkSession)
+				}
+			}
+			minority, undo, err := r.srv.Isolate(sessions)
+			if err != nil {
+				return nil, 0, err
+			}
+			for _, t := range leaders {
+				for i, px := range t.p.s.proxies {
+					if i != minority {
+						px.Blackhole()
+					}
+				}
+			}
+			return func() error {
+				for _, t := range leaders {
+					for _, px := range t.p.s.proxies {
+						px.Heal()
+					}
+				}
+				return undo()
+			}, 0, nil
+		},
+		// As a crash; a successor that was connected to the follower
+		// reconnects to another server first.
+		bound: func(r *run, _ time.Duration) time.Duration {
+			return r.ttl + r.srv.ExpiryGranularity() + r.srv.ServerFailover()
+		},
+	},
+	{
 		name:    "restart",
 		server:  true,
 		mayKeep: true,
