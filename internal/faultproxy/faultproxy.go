@@ -3,18 +3,23 @@
 package faultproxy
 
 import (
+	"errors"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // Proxy forwards connections from its loopback address to a target. Its
 // methods are safe for concurrent use.
 type Proxy struct {
-	ln     net.Listener
+	addr   string
 	target string
 
 	mu         sync.Mutex
+	ln         net.Listener // nil while refusing
+	held       *held        // while refusing: the port, bound without listening
+	dialFor    time.Duration
 	blackholed bool
 	delay      time.Duration
 	conns      map[net.Conn]struct{}
@@ -28,14 +33,73 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{addr: ln.Addr().String(), ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	return p, nil
 }
 
 // Addr is the proxy's host:port.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
+
+// RetryDial makes the proxy try its target again, every 10 ms for up to
+// d, when a connection to it is refused, before it closes the client's
+// connection. The client has connected to the proxy by then: a server
+// that opens its port a moment later (a ZooKeeper server that has just
+// become the leader, which its followers connect to at once) is reached
+// as if it had been listening, not dropped after an apparent success.
+// Default 0: the client's connection is closed at the first refusal.
+func (p *Proxy) RetryDial(d time.Duration) {
+	p.mu.Lock()
+	p.dialFor = max(d, 0)
+	p.mu.Unlock()
+}
+
+// Refuse stops listening and closes every open connection: new
+// connections are refused, as by a host whose server process is down
+// (accepting them and closing them at once is not the same: a client
+// then believes it connected, and may count what it sent as delivered).
+// On Linux the port stays bound meanwhile, so that the kernel does not
+// hand it out as another socket's ephemeral port.
+// Listen ends it.
+func (p *Proxy) Refuse() {
+	p.mu.Lock()
+	ln := p.ln
+	p.ln = nil
+	if ln != nil {
+		ln.Close()
+		if h, err := hold(p.addr); err == nil {
+			p.held = h
+		}
+	}
+	p.mu.Unlock()
+	p.Cut()
+}
+
+// Listen ends Refuse: the proxy listens again on its address. Off Linux
+// it fails if something else has taken the port meanwhile.
+func (p *Proxy) Listen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil || p.closed {
+		return nil
+	}
+	var ln net.Listener
+	var err error
+	if h := p.held; h != nil {
+		p.held = nil
+		ln, err = h.listen()
+	} else {
+		ln, err = net.Listen("tcp", p.addr)
+	}
+	if err != nil {
+		return err
+	}
+	p.ln = ln
+	p.wg.Add(1)
+	go p.accept(ln)
+	return nil
+}
 
 // Blackhole drops every byte in both directions, on open and new
 // connections alike, without closing anything: requests hang, as when
@@ -83,8 +147,17 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	ln := p.ln
+	p.ln = nil
+	if p.held != nil {
+		p.held.close()
+		p.held = nil
+	}
 	p.mu.Unlock()
-	err := p.ln.Close()
+	var err error
+	if ln != nil {
+		err = ln.Close()
+	}
 	p.Cut()
 	p.wg.Wait()
 	return err
@@ -115,10 +188,10 @@ func (p *Proxy) state() (drop bool, delay time.Duration) {
 	return p.blackholed, p.delay
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -142,7 +215,7 @@ func (p *Proxy) serve(c net.Conn) {
 			continue
 		}
 		var err error
-		if up, err = net.Dial("tcp", p.target); err != nil {
+		if up, err = p.dial(); err != nil {
 			c.Close()
 			return
 		}
@@ -154,6 +227,21 @@ func (p *Proxy) serve(c net.Conn) {
 	p.wg.Add(1)
 	go func() { defer p.wg.Done(); p.pump(up, c) }()
 	p.pump(c, up)
+}
+
+// dial connects to the target, trying again while it refuses, for up to
+// RetryDial's duration.
+func (p *Proxy) dial() (net.Conn, error) {
+	p.mu.Lock()
+	until := time.Now().Add(p.dialFor)
+	p.mu.Unlock()
+	for {
+		up, err := net.Dial("tcp", p.target)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(until) {
+			return up, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // chunk is bytes read from one side, due on the other at due.

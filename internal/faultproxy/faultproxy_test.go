@@ -2,8 +2,11 @@ package faultproxy
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,4 +132,101 @@ func TestBlackholeHeal_DropsThenCutsTheConnection(t *testing.T) {
 	}
 	defer c2.Close()
 	roundTrip(t, c2, bufio.NewReader(c2), "y")
+}
+
+// TestRefuseListen: a refusing proxy refuses connections (as a host whose
+// server is down) and has closed the open ones; Listen serves again on the
+// same address, twice.
+func TestRefuseListen(t *testing.T) {
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	open, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	roundTrip(t, open, bufio.NewReader(open), "before")
+	p.Refuse()
+	if _, err := net.Dial("tcp", p.Addr()); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial while refusing: %v, want connection refused", err)
+	}
+
+	open.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := open.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on a connection opened before Refuse: %v, want it closed", err)
+	}
+	if err := p.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if i > 0 {
+			p.Refuse()
+			if err := p.Listen(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatalf("dial after Listen: %v", err)
+		}
+		roundTrip(t, c, bufio.NewReader(c), "after")
+		c.Close()
+	}
+}
+
+// TestRetryDial_ReachesATargetThatListensLate: with RetryDial, a client
+// that connects while the target is not yet listening is forwarded to it
+// once it listens; without, its connection is closed.
+func TestRetryDial_ReachesATargetThatListensLate(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := ln.Addr().String()
+	ln.Close() // nothing listens there for now
+	for _, retry := range []bool{false, true} {
+		p, err := New(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if retry {
+			p.RetryDial(2 * time.Second)
+		}
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !retry {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("without RetryDial, read from a proxy whose target refuses: %v, want the connection closed", err)
+			}
+			c.Close()
+			p.Close()
+			continue
+		}
+		time.Sleep(200 * time.Millisecond)
+		late, err := net.Listen("tcp", target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s, err := late.Accept()
+			if err != nil {
+				return
+			}
+			defer s.Close()
+			_, _ = io.Copy(s, s)
+		}()
+		roundTrip(t, c, bufio.NewReader(c), "late")
+		c.Close()
+		p.Close()
+		late.Close()
+		<-done
+	}
 }

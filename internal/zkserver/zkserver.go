@@ -314,6 +314,10 @@ func (e *Ensemble) openLinks() error {
 					e.closeLinks()
 					return fmt.Errorf("zkserver: %w", err)
 				}
+				// A server opens its quorum port when it becomes the
+				// leader, and its followers connect at once: they must
+				// wait for it, as without a proxy they would retry.
+				p.RetryDial(time.Second)
 				e.links[i][j][k] = p
 			}
 		}
@@ -645,7 +649,38 @@ func (e *Ensemble) Kill(i int) error {
 	if !s.running() {
 		return fmt.Errorf("zkserver: server %d is not running", i)
 	}
+	e.refuseLinksTo(i)
 	s.kill()
+	return nil
+}
+
+// refuseLinksTo makes the proxies of Options.Partitionable that lead to
+// server i refuse connections, as its host does while it is down: a proxy
+// that accepted and then closed would make the other servers believe they
+// had sent it their leader-election votes, and wait seconds for answers
+// (2.5–7 s to elect a new leader after a kill, against 0.4 s without
+// proxies). e.mu is held.
+func (e *Ensemble) refuseLinksTo(i int) {
+	for j := range e.links {
+		if j != i {
+			for _, p := range e.links[j][i] {
+				p.Refuse()
+			}
+		}
+	}
+}
+
+// listenLinksTo ends refuseLinksTo(i). e.mu is held.
+func (e *Ensemble) listenLinksTo(i int) error {
+	for j := range e.links {
+		if j != i {
+			for _, p := range e.links[j][i] {
+				if err := p.Listen(); err != nil {
+					return fmt.Errorf("zkserver: link from server %d to server %d: %w", j, i, err)
+				}
+			}
+		}
+	}
 	return nil
 }
 
@@ -669,7 +704,11 @@ func (e *Ensemble) Restart(i int) error {
 	if err != nil {
 		return err
 	}
+	e.refuseLinksTo(i)
 	s.kill()
+	if err := e.listenLinksTo(i); err != nil {
+		return err
+	}
 	if err := e.launch(s); err != nil {
 		return err
 	}
