@@ -182,7 +182,10 @@ func (s *session) keepAlive() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, every)
+		// A slow sync may still come back in time to count: wait for it as
+		// long as before syncs went every TTL/8 (RenewInterval), not just
+		// until the next one is due.
+		ctx, cancel := context.WithTimeout(s.ctx, s.opts.RenewInterval)
 		r, err := s.confirm(ctx)
 		cancel()
 		switch {
