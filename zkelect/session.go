@@ -166,7 +166,7 @@ func confirmEvery(opts election.SessionOptions) time.Duration {
 	return min(opts.RenewInterval, opts.TTL/8)
 }
 
-// keepAlive confirms the session every RenewInterval (four times as often
+// keepAlive confirms the session every confirmEvery (four times as often
 // after a failure).
 func (s *session) keepAlive() {
 	defer s.b.wg.Done()
