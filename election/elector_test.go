@@ -202,7 +202,11 @@ func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
 		}
 		bDone <- err
 	}()
-	electiontest.WaitFor(t, 10*time.Second, "a's deadline to pass", func() bool { return !a.IsLeader() })
+	// The term ended at its deadline. Not just !IsLeader, which turns
+	// false on the clock before the lease acts on it: a renewal that comes
+	// in between (after the heal) keeps the term, and the test waited for
+	// b for good (a fresh-clone CI run, 2026-11-30).
+	electiontest.WaitFor(t, 10*time.Second, "a's term to end at its deadline", func() bool { return errors.Is(a.Err(), tenure.ErrLeaseExpired) })
 	heal()
 	if _, err := a.TryCampaign(ctx); !errors.Is(err, tenure.ErrLocked) {
 		t.Errorf("TryCampaign while the work runs: %v, want ErrLocked", err)
@@ -220,8 +224,13 @@ func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
 		t.Errorf("%d entries while a's work still runs, want a's and b's", srv.Entries(key))
 	}
 	close(release)
-	if err := <-bDone; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-bDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("b not elected 30s after a's work returned")
 	}
 	if bWhileWorking.Load() {
 		t.Error("b was elected while a's elected work was still running")
