@@ -305,6 +305,18 @@ func TestRedlock_MinorityTryKeepsItsWaitingEntries(t *testing.T) {
 		if err := sw.Dequeue(ctx, tw); err != nil {
 			t.Fatal(err)
 		}
+		// A release returns once a quorum of masters has answered; the
+		// next round needs the key gone from all three, or its holder may
+		// take only two (a fresh-clone CI run: the waiter then held on
+		// master 0 and the third master, before the release).
+		electiontest.WaitFor(t, 10*time.Second, "the key released on every master", func() bool {
+			for _, c := range clients {
+				if c.Exists(ctx, key).Val() != 0 {
+					return false
+				}
+			}
+			return true
+		})
 	}
 }
 
