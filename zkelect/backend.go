@@ -71,15 +71,6 @@ type Backend struct {
 	changed  chan struct{} // closed and replaced on every session-state change
 	closed   bool
 
-	// What bounds the ZooKeeper leader server's last touch of the session
-	// (see anchor); times from time.Now.
-	lmu      sync.Mutex
-	connGen  uint64      // counts connection attempts
-	connAt   time.Time   // when the latest attempt began
-	estabGen uint64      // the attempt that gave the session its current connection
-	estab    time.Time   // its connAt
-	synced   []time.Time // send times of recent answered syncs on that connection
-
 	wg sync.WaitGroup // calls abandoned by their ctx, and session loops
 }
 
@@ -172,19 +163,7 @@ func (b *Backend) onEvent(ev zk.Event) {
 		return
 	}
 	switch ev.State {
-	case zk.StateConnecting:
-		// go-zookeeper reports this before it dials, so before it sends
-		// the connect request.
-		b.lmu.Lock()
-		b.connGen++
-		b.connAt = time.Now()
-		b.synced = nil
-		b.lmu.Unlock()
-		return
 	case zk.StateHasSession:
-		b.lmu.Lock()
-		b.estabGen, b.estab = b.connGen, b.connAt
-		b.lmu.Unlock()
 		c := b.connP.Load()
 		if c == nil {
 			return // Dial reads the session once Connect has returned
@@ -199,53 +178,6 @@ func (b *Backend) onEvent(ev zk.Event) {
 	}
 	b.broadcast()
 	b.expireStale()
-}
-
-// connection returns the current connection attempt's number, for anchor.
-func (b *Backend) connection() uint64 {
-	b.lmu.Lock()
-	defer b.lmu.Unlock()
-	return b.connGen
-}
-
-// maxSynced bounds Backend.synced.
-const maxSynced = 32
-
-// anchor records a sync sent at sent on connection attempt gen and
-// answered, and returns the latest time from which the ZooKeeper leader
-// server is known to count the session down: the instant to count the TTL
-// from. ok is false if the connection changed meanwhile.
-//
-// The leader server, which expires sessions, touches a session when a
-// client connects to it or through it (the session's creation, or its
-// revalidation by a follower), and when a follower reports the sessions it
-// touched, in its answer to the leader's ping every tickTime/2. The
-// follower's answer to the sync shows that its link to the leader server
-// carried the sync, not that it carried the report of this sync's touch:
-// the link may break just after, and the leader server then counts from
-// an earlier report. A sync sent at least a quarter of the session
-// timeout before this one (tickTime/2 or more, since the server grants no
-// timeout under 2 × tickTime unless told to) was followed, on the
-// follower, by a ping whose answer went up the link before this sync did:
-// the leader server has counted from that sync's touch or later.
-func (b *Backend) anchor(sent time.Time, gen uint64) (at time.Time, ok bool) {
-	lag := time.Duration(b.negotiatedMs.Load()) * time.Millisecond / 4
-	b.lmu.Lock()
-	defer b.lmu.Unlock()
-	if gen != b.connGen || b.estabGen != gen {
-		return time.Time{}, false
-	}
-	at = b.estab
-	for _, t := range b.synced {
-		if t.After(at) && !t.After(sent.Add(-lag)) {
-			at = t
-		}
-	}
-	b.synced = append(b.synced, sent)
-	if n := len(b.synced); n > maxSynced {
-		b.synced = append(b.synced[:0], b.synced[n-maxSynced:]...)
-	}
-	return at, true
 }
 
 // broadcast wakes everything waiting on b.changed.

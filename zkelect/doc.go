@@ -38,21 +38,13 @@
 //     session: the session is tied to the ZooKeeper session id it started
 //     with.
 //   - The lease deadline: the session confirms itself with a sync every
-//     RenewInterval or TTL/8, whichever is sooner; each reply moves the
-//     deadline to T + session timeout − margin, where T is the send time
-//     of the latest sync answered on the same connection that was sent at
-//     least a quarter of the session timeout before this one (or the time
-//     the connection was opened, if later). The negotiated session timeout
-//     must equal the TTL. A sync is answered only after the ensemble's
-//     leader server, which expires sessions, has seen it: a follower cut
-//     off from that server answers reads from its own copy for up to
-//     syncLimit × tickTime, and a read it answered would prove nothing.
-//     But the leader server counts a follower's client down from the
-//     follower's reports, one per ping (every tickTime/2), not from the
-//     syncs it forwards: an answered sync proves that the report of an
-//     earlier one, sent at least tickTime/2 before it, reached the leader
-//     server. tickTime/2 is at most a quarter of the session timeout while
-//     the server grants none under 2 × tickTime, its default.
+//     RenewInterval; each reply moves the deadline to send time + session
+//     timeout − margin. The negotiated session timeout must equal the TTL.
+//     A sync is answered only after the ensemble's leader server, which
+//     expires sessions, has seen it: a follower cut off from that server
+//     answers reads from its own copy for up to syncLimit × tickTime, and
+//     a read it answered would prove nothing (docs/zookeeper.md says what
+//     is left).
 //   - Events arrive through a non-blocking callback (go-zookeeper drops
 //     events when its channel is full).
 //

@@ -16,8 +16,7 @@ import (
 )
 
 // OpenSession ties a session to the connection's current ZooKeeper session
-// and confirms it with a sync every opts.RenewInterval, or every TTL/8 if
-// that is sooner.
+// and confirms it with a sync every opts.RenewInterval.
 func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
 	if err := b.CheckTTL(opts.TTL); err != nil {
 		return nil, err
@@ -41,24 +40,6 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		return err
 	}); err != nil {
 		return nil, err
-	}
-	// On a connection that no session has confirmed lately, the renewal
-	// counts from long ago (Backend.anchor): confirm again once the first
-	// sync is old enough to count from.
-	if stale := opts.Now().Sub(g.Sent); stale > opts.TTL/2 {
-		wait := time.NewTimer(opts.TTL / 4)
-		select {
-		case <-wait.C:
-		case <-ctx.Done():
-			wait.Stop()
-			return nil, ctx.Err()
-		}
-		if err := retry(ctx, func() (err error) {
-			g, err = s.confirm(ctx)
-			return err
-		}); err != nil {
-			return nil, err
-		}
 	}
 	s.granted = g
 	b.mu.Lock()
@@ -117,8 +98,7 @@ func (s *session) expired(cause error) error {
 func (s *session) alive() bool { return s.b.sessionID.Load() == s.id }
 
 // confirm sends one sync and, when it is answered on this session's
-// ZooKeeper session, returns the renewal it proves: counted from an
-// instant before the sync was sent (Backend.anchor).
+// ZooKeeper session, returns the renewal it proves.
 //
 // A sync, unlike a read, is answered only after it has gone through the
 // ensemble's leader server, which is the one that expires sessions. A
@@ -137,8 +117,7 @@ func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 		break
 	}
 	s.mu.Unlock()
-	gen := s.b.connection()
-	sent, sentWall := s.opts.Now(), time.Now()
+	sent := s.opts.Now()
 	_, err := call(ctx, s.b, func() (string, error) { return s.b.conn.Sync(probe) }, nil)
 	if err != nil {
 		if errors.Is(err, zk.ErrSessionExpired) || !s.alive() {
@@ -149,29 +128,16 @@ func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 	if !s.alive() {
 		return election.Renewal{}, s.expired(errors.New("replaced while renewing"))
 	}
-	at, ok := s.b.anchor(sentWall, gen)
-	if !ok {
-		return election.Renewal{}, fmt.Errorf("%w: zookeeper: reconnected while renewing", tenure.ErrUnavailable)
-	}
 	ttl := time.Duration(s.b.negotiatedMs.Load()) * time.Millisecond
-	// On the elector's clock: as long before sent as at was before sentWall.
-	return election.Renewal{Sent: sent.Add(-sentWall.Sub(at)), TTL: ttl}, nil
+	return election.Renewal{Sent: sent, TTL: ttl}, nil
 }
 
-// confirmEvery is how often a session confirms itself: every
-// RenewInterval, and at least eight times per session timeout, so that a
-// renewal counted from a sync a quarter of the timeout old (see
-// Backend.anchor) still leaves room for a few failed ones.
-func confirmEvery(opts election.SessionOptions) time.Duration {
-	return min(opts.RenewInterval, opts.TTL/8)
-}
-
-// keepAlive confirms the session every confirmEvery (four times as often
+// keepAlive confirms the session every RenewInterval (four times as often
 // after a failure).
 func (s *session) keepAlive() {
 	defer s.b.wg.Done()
 	defer close(s.loopDone)
-	every := confirmEvery(s.opts)
+	every := s.opts.RenewInterval
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
@@ -182,10 +148,7 @@ func (s *session) keepAlive() {
 			return
 		case <-t.C:
 		}
-		// A slow sync may still come back in time to count: wait for it as
-		// long as before syncs went every TTL/8 (RenewInterval), not just
-		// until the next one is due.
-		ctx, cancel := context.WithTimeout(s.ctx, s.opts.RenewInterval)
+		ctx, cancel := context.WithTimeout(s.ctx, every)
 		r, err := s.confirm(ctx)
 		cancel()
 		switch {
