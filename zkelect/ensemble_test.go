@@ -274,8 +274,7 @@ func TestEnsemble_FollowerCutOffFromTheLeaderServer(t *testing.T) {
 			go func() {
 				defer close(done)
 				_ = e.Run(rctx, tenure.Callbacks{OnElected: func(lctx context.Context, _ tenure.Term) {
-					elected <- id
-					work(lctx)
+					work(lctx) // records its start, then sends id on elected
 				}})
 			}()
 			return func() {
@@ -293,6 +292,7 @@ func TestEnsemble_FollowerCutOffFromTheLeaderServer(t *testing.T) {
 				aStarted = time.Now()
 			}
 			mu.Unlock()
+			elected <- "a"
 			<-lctx.Done()
 			if first {
 				mu.Lock()
@@ -309,6 +309,7 @@ func TestEnsemble_FollowerCutOffFromTheLeaderServer(t *testing.T) {
 				bAt = time.Now()
 			}
 			mu.Unlock()
+			elected <- "b"
 			<-lctx.Done()
 		})
 		admin, _, err := zk.Connect([]string{ens.Endpoint(leader)}, sessionTimeout, zk.WithLogInfo(false))
