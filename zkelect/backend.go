@@ -60,6 +60,7 @@ type Backend struct {
 	timeout time.Duration
 	acl     []zk.ACL
 	log     *zap.Logger
+	tap     *tap // reads the czxid off each create's reply
 
 	connP        atomic.Pointer[zk.Conn] // conn, for the event callback, which runs before Connect returns
 	negotiatedMs atomic.Int32            // the session timeout the server granted
@@ -98,16 +99,12 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if err := CheckSessionTimeout(sessionTimeout); err != nil {
 		return nil, err
 	}
-	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, sessions: map[*session]struct{}{}, changed: make(chan struct{})}
+	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, changed: make(chan struct{})}
 	var (
 		conn *zk.Conn
 		err  error
 	)
-	if o.dialer != nil {
-		conn, _, err = zk.Connect(servers, sessionTimeout, zk.WithLogger(zkLogger{b}), zk.WithEventCallback(b.onEvent), zk.WithDialer(o.dialer))
-	} else {
-		conn, _, err = zk.Connect(servers, sessionTimeout, zk.WithLogger(zkLogger{b}), zk.WithEventCallback(b.onEvent))
-	}
+	conn, _, err = zk.Connect(servers, sessionTimeout, zk.WithLogger(zkLogger{b}), zk.WithEventCallback(b.onEvent), zk.WithDialer(b.tap.dialer(o.dialer)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: zookeeper %v: %w", tenure.ErrInvalidConfig, servers, err)
 	}

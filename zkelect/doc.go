@@ -19,13 +19,22 @@
 //   - Contenders are all children whose names end in a 10-digit sequence,
 //     ordered by that sequence, whatever their prefix (tenure's, Curator's
 //     "_c_…-lock-", kazoo's "…__lock__" or "-lock-"). The lowest leads.
-//   - Each waiter watches only its predecessor (no herd effect) and its own
-//     node; before a waiter is told it leads, a queue read made after its
-//     predecessor went must show its own node first while the connection
-//     still runs the session that created it: a node name (uuid and
-//     sequence) is never reused and an ephemeral node outlives no session,
-//     so its ephemeralOwner is the current session (apache/curator
-//     CURATOR-696 gave two leaders without such a check).
+//   - The token is read off the create's reply: its zxid is the node's czxid
+//     (go-zookeeper keeps it to itself; a wrapper around each connection it
+//     dials reads it, and the session the reply came on, without changing a
+//     byte). Only when that record is missing is the node read back.
+//   - Each waiter watches only its predecessor (no herd effect); before a
+//     waiter is told it leads, a queue read made after its predecessor went
+//     must show its own node first while the connection still runs the
+//     session that created it: a node name (uuid and sequence) is never
+//     reused and an ephemeral node outlives no session, so its ephemeralOwner
+//     is the current session (apache/curator CURATOR-696 gave two leaders
+//     without such a check). A waiter does not watch its own node: a waiter
+//     whose node was deleted learns it at its next wake-up.
+//   - The leader watches its own node from 10 ms into its term, and is
+//     demoted when the node is deleted; a node deleted sooner is found
+//     missing when that watch is set. A term shorter than that (a lock held
+//     for a moment) sends no request for the watch.
 //   - When a create's reply is lost, the node is looked up by its uuid and
 //     session. A node that an Enqueue may have made and could not keep
 //     (the caller gave up, the link went down, the session expired) is

@@ -66,16 +66,49 @@ func contenders(children []string) []contender {
 			out = append(out, contender{name: c, seq: seq})
 		}
 	}
-	slices.SortFunc(out, func(a, b contender) int {
-		if a.seq != b.seq {
-			if a.seq < b.seq {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	slices.SortFunc(out, compareContenders)
 	return out
+}
+
+// compareContenders orders contenders by sequence, then by name.
+func compareContenders(a, b contender) int {
+	if a.seq != b.seq {
+		if a.seq < b.seq {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.name, b.name)
+}
+
+// position finds own among the children's contenders, in one pass and
+// without sorting (a wake-up at 1,000 contenders reads 1,000 names): the
+// number of contenders ahead of it and the one right before it (pred.name
+// is "" when none is). found is false when own is not a contender among
+// children.
+func position(children []string, own string) (ahead int, pred contender, found bool) {
+	seq, ok := parseSeq(own)
+	if !ok {
+		return 0, contender{}, false
+	}
+	me := contender{name: own, seq: seq}
+	for _, c := range children {
+		if c == own {
+			found = true
+			continue
+		}
+		s, ok := parseSeq(c)
+		if !ok {
+			continue
+		}
+		if o := (contender{name: c, seq: s}); compareContenders(o, me) < 0 {
+			ahead++
+			if pred.name == "" || compareContenders(o, pred) > 0 {
+				pred = o
+			}
+		}
+	}
+	return ahead, pred, found
 }
 
 // guidOf returns the uuid of a protected node name "_c_<uuid>-lock-…", or

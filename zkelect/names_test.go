@@ -2,6 +2,7 @@ package zkelect
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -71,6 +72,7 @@ func FuzzParseSeq(f *testing.F) {
 		parseSeq(name)
 		guidOf(name)
 		contenders([]string{name})
+		position([]string{name, "_c_x-lock-0000000001"}, name)
 		if n < 0 && n > -1_000_000_000 {
 			n = -n // ZooKeeper would print fewer digits: see parseSeq
 		}
@@ -80,4 +82,46 @@ func FuzzParseSeq(f *testing.F) {
 			t.Fatalf("parseSeq(%q) = %d, %v; want %d", made, seq, ok, n)
 		}
 	})
+}
+
+// TestPosition_AgreesWithTheSortedQueue: position's one-pass answer (how
+// many contenders are ahead, the one right before) is what the sorted list
+// says, for every member of random queues with other prefixes, wrapped
+// sequences, duplicates of a sequence and names that are not contenders.
+func TestPosition_AgreesWithTheSortedQueue(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	prefixes := []string{"_c_a-lock-", "_c_b-lock-", "k__lock__", "x-lock-"}
+	for round := range 500 {
+		var children []string
+		seen := map[string]bool{}
+		for range 1 + r.IntN(40) {
+			var name string
+			switch r.IntN(10) {
+			case 0:
+				name = fmt.Sprintf("other-%d", r.IntN(1000)) // not a contender
+			case 1:
+				name = fmt.Sprintf("%s-%010d", prefixes[r.IntN(len(prefixes))], 2147483648-r.IntN(50)) // wrapped
+			default:
+				name = fmt.Sprintf("%s%010d", prefixes[r.IntN(len(prefixes))], r.IntN(60))
+			}
+			if !seen[name] {
+				seen[name] = true
+				children = append(children, name)
+			}
+		}
+		sorted := contenders(children)
+		for i, c := range sorted {
+			ahead, pred, found := position(children, c.name)
+			want := ""
+			if i > 0 {
+				want = sorted[i-1].name
+			}
+			if !found || ahead != i || pred.name != want {
+				t.Fatalf("round %d: position(%v, %q) = %d, %q, %v; the sorted queue %v says %d, %q", round, children, c.name, ahead, pred.name, found, sorted, i, want)
+			}
+		}
+		if _, _, found := position(children, "_c_gone-lock-0000000070"); found {
+			t.Fatalf("round %d: a name not among the children was found", round)
+		}
+	}
 }

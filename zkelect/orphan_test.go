@@ -35,7 +35,7 @@ func TestEnqueue_GivenUpWhileTheLinkIsDownLeavesNoNode(t *testing.T) {
 		blackhole bool
 	}{
 		{"create reply lost", 0, false},
-		{"own-node read lost", 750 * time.Millisecond, true},
+		{"read after the create lost", 750 * time.Millisecond, true},
 	} {
 		t.Run(cut.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

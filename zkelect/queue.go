@@ -178,42 +178,80 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		default:
 			return election.Ticket{}, translate("create "+prefix, err)
 		}
-		// Read the new node with a watch: the watch follows the node
-		// through WaitHead and WatchLoss, so neither sets another. The
-		// queue is read at the same time (the two requests share the
-		// connection), for WaitHead's first look.
-		children := make(chan []string, 1)
-		go func() {
-			c, err := call(ctx, s.b, func() ([]string, error) {
-				c, _, err := s.b.conn.Children(key)
-				return c, err
-			}, nil)
-			if err != nil {
-				c = nil
+		// The create's reply carried the node's czxid and came on the
+		// session that owns it: the tap kept both, so the node need not be
+		// read. The queue is read next, for WaitHead's first look. Waiters
+		// set no watch on their own node: the read after each wake-up shows
+		// whether it is still there, and the leader's loss watch is set by
+		// WatchLoss.
+		var (
+			czxid int64
+			owner int64
+			ch    <-chan zk.Event
+			ok    = true
+		)
+		var prefetched []string
+		if n, tapped := s.b.tap.take(p); tapped {
+			czxid, owner = n.zxid, n.session
+			if owner == s.id {
+				c, cerr := call(ctx, s.b, func() ([]string, error) {
+					c, _, err := s.b.conn.Children(key)
+					return c, err
+				}, nil)
+				if cerr == nil {
+					prefetched = c
+				}
+				if err := ctx.Err(); err != nil {
+					// Given up before it could return: the node must go,
+					// as when a read of it fails below.
+					s.deleteLater(p)
+					return election.Ticket{}, err
+				}
 			}
-			children <- c
-		}()
-		var st *zk.Stat
-		var ok bool
-		var ch <-chan zk.Event
-		err = retry(ctx, func() (err error) {
-			ch, st, ok, err = s.watch(ctx, p)
-			return err
-		})
-		prefetched := <-children
-		if err != nil {
-			s.deleteLater(p)
-			return election.Ticket{}, err
+		} else {
+			if !unknown {
+				s.b.tap.misses.Add(1)
+			}
+			// Without the tap's record (a reply the tap could not read, a
+			// node found after a lost reply), read the node, with a watch
+			// that follows it through WaitHead and WatchLoss, and the queue
+			// at the same time (the two requests share the connection).
+			children := make(chan []string, 1)
+			go func() {
+				c, err := call(ctx, s.b, func() ([]string, error) {
+					c, _, err := s.b.conn.Children(key)
+					return c, err
+				}, nil)
+				if err != nil {
+					c = nil
+				}
+				children <- c
+			}()
+			var st *zk.Stat
+			err = retry(ctx, func() (err error) {
+				ch, st, ok, err = s.watch(ctx, p)
+				return err
+			})
+			prefetched = <-children
+			if err != nil {
+				s.deleteLater(p)
+				return election.Ticket{}, err
+			}
+			if ok {
+				czxid, owner = st.Czxid, st.EphemeralOwner
+			}
 		}
-		if !ok || st.EphemeralOwner != s.id {
+		if !ok || owner != s.id {
 			if ok { // made under the connection's next session (see above)
 				s.deleteLater(p)
 			}
 			return election.Ticket{}, s.expired(fmt.Errorf("node %s not owned by the session", p))
 		}
 		s.mu.Lock()
-		s.nodes[p] = uint64(st.Czxid)
-		s.parked[p] = ch
+		s.nodes[p] = uint64(czxid)
+		if ch != nil {
+			s.parked[p] = ch
+		}
 		if prefetched != nil {
 			s.prefetched[p] = prefetched
 		}
@@ -225,7 +263,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 			s.unsure[p] = guid
 		}
 		s.mu.Unlock()
-		return election.Ticket{Key: key, Identity: identity, Token: uint64(st.Czxid), Name: p}, nil
+		return election.Ticket{Key: key, Identity: identity, Token: uint64(czxid), Name: p}, nil
 	}
 }
 
@@ -260,8 +298,10 @@ func (s *session) findByGUID(ctx context.Context, key, guid string) (string, err
 	return "", nil
 }
 
-// queue reads key's contenders and t's index among them (-1 when absent).
-func (s *session) queue(ctx context.Context, t election.Ticket) ([]contender, int, error) {
+// queue reads key's children and returns t's place among the contenders:
+// how many are ahead of it (-1 when t's node is absent) and the one right
+// before it.
+func (s *session) queue(ctx context.Context, t election.Ticket) (int, contender, error) {
 	s.mu.Lock()
 	children, ok := s.prefetched[t.Name] // read just after t's node was created
 	delete(s.prefetched, t.Name)
@@ -273,17 +313,14 @@ func (s *session) queue(ctx context.Context, t election.Ticket) ([]contender, in
 			return c, err
 		}, nil)
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return nil, -1, translate("children of "+t.Key, err)
+			return -1, contender{}, translate("children of "+t.Key, err)
 		}
 	}
-	cs := contenders(children)
-	own := path.Base(t.Name)
-	for i, c := range cs {
-		if c.name == own {
-			return cs, i, nil
-		}
+	ahead, pred, found := position(children, path.Base(t.Name))
+	if !found {
+		return -1, contender{}, nil
 	}
-	return cs, -1, nil
+	return ahead, pred, nil
 }
 
 // lost explains why t's node is gone or not ours.
@@ -313,7 +350,7 @@ func (s *session) forget(p string) {
 
 // Ahead counts the contenders before t.
 func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
-	_, i, err := s.queue(ctx, t)
+	i, _, err := s.queue(ctx, t)
 	if err != nil {
 		return 0, err
 	}
@@ -356,10 +393,15 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 }
 
 // waitHead waits until t is the lowest contender, watching only its
-// predecessor and its own node, and re-reads its own node before it
-// returns. Transient failures are retried until ctx ends.
+// predecessor (and its own node, when Enqueue had to read it and left a
+// watch), and returns after a queue read made since the predecessor went
+// shows t's node first. Transient failures are retried until ctx ends.
+//
+// A waiter does not watch its own node (one request per handoff less): a
+// waiter whose node was deleted learns it at its next wake-up, when the
+// queue read shows the node gone, and is never elected without it.
 func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
-	ownCh := s.takeWatch(t.Name) // set when the node was created and read
+	ownCh := s.takeWatch(t.Name) // when Enqueue read the node with a watch
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -367,20 +409,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if !s.alive() {
 			return s.lost(t)
 		}
-		if ownCh == nil {
-			ch, st, ok, err := s.watch(ctx, t.Name)
-			if err != nil {
-				if !pause(ctx) {
-					return ctx.Err()
-				}
-				continue
-			}
-			if !ok || uint64(st.Czxid) != t.Token || st.EphemeralOwner != s.id {
-				return s.lost(t)
-			}
-			ownCh = ch
-		}
-		cs, i, err := s.queue(ctx, t)
+		i, before, err := s.queue(ctx, t)
 		if err != nil {
 			if !pause(ctx) {
 				return ctx.Err()
@@ -402,8 +431,8 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			s.parkWatch(t.Name, ownCh)
 			return nil
 		}
-		pred := path.Join(t.Key, cs[i-1].name)
-		if g := guidOf(cs[i-1].name); g != "" && g == guidOf(path.Base(t.Name)) {
+		pred := path.Join(t.Key, before.name)
+		if g := guidOf(before.name); g != "" && g == guidOf(path.Base(t.Name)) {
 			// An earlier create of this same Enqueue, whose reply was lost
 			// and which findByGUID missed: ours, and ahead of us. Delete it.
 			_, err := call(ctx, s.b, func() (struct{}, error) { return struct{}{}, s.b.conn.Delete(pred, 0) }, nil)
@@ -439,12 +468,31 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	}
 }
 
+// lossWatchDelay is how long after WatchLoss starts it sets its first
+// watch on the node, when WaitHead handed over none. A term that ends
+// sooner (a lock held for a moment) costs no request for the watch; a node
+// deleted sooner is found missing when the watch is set, at most this much
+// (and one round trip) later than a watch set at once would have told.
+const lossWatchDelay = 10 * time.Millisecond
+
 // WatchLoss waits until t's node is deleted, changes owner, or its session
 // ends.
 func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 	// The watch WaitHead handed over, if any, was set while the node
 	// existed; later watches are set here, each after checking the node.
 	ch := s.takeWatch(t.Name)
+	if ch == nil {
+		d := time.NewTimer(lossWatchDelay)
+		select {
+		case <-d.C:
+		case <-s.Done():
+			d.Stop()
+			return s.lost(t)
+		case <-ctx.Done():
+			d.Stop()
+			return ctx.Err()
+		}
+	}
 	for {
 		if ch == nil {
 			if ctx.Err() != nil { // resigned before the watcher got here

@@ -3,6 +3,7 @@ package zkelect_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path"
@@ -136,5 +137,107 @@ func TestWaitHead_VanishedPredecessorLeavesNoWatch(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if out := wchc(t); strings.Contains(out, pred) {
 		t.Fatalf("a watch on the vanished predecessor %s is still registered:\n%s", pred, out)
+	}
+}
+
+// TestWatchLoss_TheLeaderWatchesItsNodeTheWaiterDoesNot: a waiter sets no
+// watch on its own node (it sees the node at each wake-up's queue read);
+// the leader's loss watch is set lossWatchDelay (10 ms) into its term. A
+// leader whose node is deleted, at once or later in its term, is demoted
+// with ErrOwnershipLost within a round trip or two of that watch: the
+// renewals (syncs) never look at the node, so nothing else would tell.
+func TestWatchLoss_TheLeaderWatchesItsNodeTheWaiterDoesNot(t *testing.T) {
+	raw := rawConn(t, "", "")
+	ctx := ctxT(t, 60*time.Second)
+	key := electiontest.Key(t)
+	a := newZKElector(t, dialWith(t), key, "a")
+	b := newZKElector(t, dialWith(t), key, "b")
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bDone := campaignAsync(ctx, b)
+	var bNode string
+	waitUntil(t, "b queued", func() bool {
+		c, _, err := raw.Children(key)
+		for _, n := range c {
+			if p := path.Join(key, n); p != ta.Entry {
+				bNode = p
+			}
+		}
+		return err == nil && len(c) == 2
+	})
+	waitUntil(t, "b's watch on a's node", func() bool { return strings.Contains(wchc(t), ta.Entry) })
+	time.Sleep(100 * time.Millisecond) // a leads past the delay; b has set all it sets
+	watches := wchc(t)
+	if !strings.Contains(watches, ta.Entry) {
+		t.Fatalf("no watch on the leader's node %s:\n%s", ta.Entry, watches)
+	}
+	if strings.Contains(watches, bNode) {
+		t.Fatalf("the waiter watches its own node %s:\n%s", bNode, watches)
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the new leader's watch on its node", func() bool { return strings.Contains(wchc(t), bNode) })
+	if err := b.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, after := range []time.Duration{0, 5 * time.Millisecond, 200 * time.Millisecond} {
+		e := newZKElector(t, dialWith(t), key, fmt.Sprint("c", after))
+		elected := make(chan tenure.Term, 1)
+		demoted := make(chan error, 1)
+		runCtx, stop := context.WithCancel(ctx)
+		runDone := make(chan error, 1)
+		go func() {
+			runDone <- e.Run(runCtx, tenure.Callbacks{
+				OnElected: func(lctx context.Context, term tenure.Term) {
+					select {
+					case elected <- term:
+					default:
+					}
+					<-lctx.Done()
+				},
+				OnDemoted: func(_ tenure.Term, reason error) {
+					select {
+					case demoted <- reason:
+					default:
+					}
+				},
+			})
+		}()
+		var term tenure.Term
+		select {
+		case term = <-elected:
+		case <-ctx.Done():
+			t.Fatal("not elected")
+		}
+		time.Sleep(after)
+		deleted := time.Now()
+		if err := raw.Delete(term.Entry, -1); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case reason := <-demoted:
+			took := time.Since(deleted)
+			if !errors.Is(reason, tenure.ErrOwnershipLost) {
+				t.Fatalf("node deleted %v into the term: demoted with %v, want ErrOwnershipLost", after, reason)
+			}
+			// Far below RenewInterval (TTL/3): the watch told, not a renewal.
+			if took > 400*time.Millisecond {
+				t.Fatalf("node deleted %v into the term: demoted %v later", after, took)
+			}
+			t.Logf("node deleted %v into the term: demoted %v later", after, took.Round(time.Microsecond))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("node deleted %v into the term: still leading 5 s later", after)
+		}
+		stop()
+		if err := <-runDone; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v", err)
+		}
 	}
 }

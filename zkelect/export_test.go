@@ -1,0 +1,13 @@
+package zkelect
+
+// TapMisses returns how many of b's creates Enqueue had to read back
+// because the tap had no record of their reply.
+func TapMisses(b *Backend) uint64 { return b.tap.misses.Load() }
+
+// DisableTap makes b's tap record nothing from now on, so that Enqueue
+// reads every new node back.
+func DisableTap(b *Backend) {
+	b.tap.mu.Lock()
+	b.tap.off = true
+	b.tap.mu.Unlock()
+}

@@ -1,0 +1,104 @@
+package zkelect_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
+	"github.com/tenure-go/tenure/zkelect"
+)
+
+// TestTap_TokenIsTheNodesCzxid: Enqueue takes its token from the zxid of
+// the create's reply, read off the wire, instead of reading the node back.
+// That zxid must be the node's czxid, and the reply's session its owner,
+// while creates and deletes of other connections commit in between. With
+// the tap turned off, Enqueue reads each node back and gets the same.
+func TestTap_TokenIsTheNodesCzxid(t *testing.T) {
+	raw := rawConn(t, "", "")
+	key := electiontest.Key(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var dials atomic.Int32
+	viaDialer := zkelect.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
+		dials.Add(1)
+		return net.DialTimeout(network, address, timeout)
+	})
+	type backend struct {
+		b      *zkelect.Backend
+		tapped bool
+	}
+	var bs []backend
+	for i := range 4 {
+		var opts []zkelect.Option
+		if i == 1 {
+			opts = append(opts, viaDialer) // the tap wraps a caller's dialer too
+		}
+		b, err := zkelect.Dial(ctx, server.Endpoints(), ttl, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		tapped := i != 3
+		if !tapped {
+			zkelect.DisableTap(b)
+		}
+		bs = append(bs, backend{b, tapped})
+	}
+	if dials.Load() == 0 {
+		t.Fatal("the caller's dialer was not used")
+	}
+	const perSession = 40
+	var wg sync.WaitGroup
+	var enqueued atomic.Int32
+	for _, be := range bs {
+		for j := range 3 {
+			sess, err := be.b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sess.Close(context.Background()) })
+			wg.Go(func() {
+				for n := range perSession {
+					tk, err := sess.Enqueue(ctx, key, fmt.Sprintf("s%d-%d", j, n))
+					if err != nil {
+						t.Errorf("Enqueue: %v", err)
+						return
+					}
+					_, st, err := raw.Exists(tk.Name)
+					if err != nil || st == nil {
+						t.Errorf("Exists(%s) = %v, %v", tk.Name, st, err)
+						return
+					}
+					if uint64(st.Czxid) != tk.Token || st.EphemeralOwner != be.b.Conn().SessionID() {
+						t.Errorf("%s (tap on: %v): token %d, owner %#x; the node's czxid is %d, owner %#x",
+							tk.Name, be.tapped, tk.Token, be.b.Conn().SessionID(), st.Czxid, st.EphemeralOwner)
+					}
+					enqueued.Add(1)
+					if err := sess.Dequeue(ctx, tk); err != nil {
+						t.Errorf("Dequeue: %v", err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if got, want := enqueued.Load(), int32(len(bs)*3*perSession); got != want {
+		t.Fatalf("%d enqueues checked, want %d", got, want)
+	}
+	for i, be := range bs {
+		misses := zkelect.TapMisses(be.b)
+		switch {
+		case be.tapped && misses != 0:
+			t.Errorf("backend %d: %d of its creates were read back: the tap missed their replies", i, misses)
+		case !be.tapped && misses != 3*perSession:
+			t.Errorf("backend %d, tap off: %d creates read back, want %d", i, misses, 3*perSession)
+		}
+	}
+}
