@@ -21,34 +21,58 @@ type contender struct {
 	seq  int64
 }
 
-// parseSeq returns the sequence number a child name ends in: ten digits
-// (ZooKeeper's "%010d"), or, once the parent's 32-bit counter has wrapped,
-// a minus sign and ten digits after the lock marker ("-lock--2147483648",
-// as kazoo parses them). It returns false for names without such a suffix,
-// or whose suffix has more digits. Wrapped (negative) sequences sort before
-// the others, as Curator and kazoo sort them. (Negatives of nine digits,
-// three billion creates under one path later, are not recognized.)
+// parseSeq returns the sequence number a child name ends in. ZooKeeper
+// prints the parent's 32-bit counter with "%010d": ten digits; once the
+// counter has wrapped, a minus sign and ten digits ("-lock--2147483648",
+// as kazoo parses them) down to -1000000000, then a minus sign and nine
+// digits ("-lock--999999999", "-lock--000000001"). A minus sign counts
+// only right after the lock marker (a name part ending in '-' or '_'). It
+// returns false for names without such a suffix, or whose suffix has more
+// digits. Wrapped (negative) sequences sort before the others, as kazoo
+// sorts them (Curator compares the text after "-lock-", which orders the
+// negatives differently among themselves).
 func parseSeq(name string) (int64, bool) {
 	if len(name) < seqDigits {
 		return 0, false
 	}
+	digitsOnly := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	// afterMarker reports whether a minus sign at index i follows a lock
+	// marker.
+	afterMarker := func(i int) bool {
+		return i > 0 && (name[i-1] == '-' || name[i-1] == '_')
+	}
 	tail := name[len(name)-seqDigits:]
-	for i := 0; i < len(tail); i++ {
-		if tail[i] < '0' || tail[i] > '9' {
+	if tail[0] == '-' { // "-" and nine digits: -999999999 .. -1
+		if !digitsOnly(tail[1:]) || !afterMarker(len(name)-seqDigits) {
 			return 0, false
 		}
+		n, err := strconv.ParseInt(tail[1:], 10, 64)
+		if err != nil || n == 0 {
+			return 0, false
+		}
+		return -n, true
+	}
+	if !digitsOnly(tail) {
+		return 0, false
 	}
 	neg := false
 	if len(name) > seqDigits {
 		switch c := name[len(name)-seqDigits-1]; {
 		case c >= '0' && c <= '9':
 			return 0, false // more than ten digits: not a sequence suffix
-		case c == '-' && len(name) > seqDigits+1 && (name[len(name)-seqDigits-2] == '-' || name[len(name)-seqDigits-2] == '_'):
+		case c == '-' && afterMarker(len(name)-seqDigits-1):
 			neg = true // "...-lock--2147483648", "...__lock__-2147483648"
 		}
 	}
 	n, err := strconv.ParseInt(tail, 10, 64)
-	if err != nil || n > 1<<31 || (!neg && n >= 1<<31) {
+	if err != nil || n > 1<<31 || (!neg && n >= 1<<31) || (neg && n < 1_000_000_000) {
 		return 0, false
 	}
 	if neg {

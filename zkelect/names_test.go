@@ -21,6 +21,13 @@ func TestParseSeq(t *testing.T) {
 		{"x-lock--2147483648", -2147483648, true}, // the counter wrapped
 		{"x-lock--1000000001", -1000000001, true},
 		{"k__lock__-2147483600", -2147483600, true},
+		{"x-lock--999999999", -999999999, true}, // nine digits after the sign
+		{"x-lock--000000005", -5, true},
+		{"k__lock__-000000001", -1, true},
+		{"x-lock--000000000", 0, false},  // ZooKeeper prints 0 as ten zeros
+		{"x-lock--0999999999", 0, false}, // ten digits after the sign, above -1000000000
+		{"x-lock5-000000005", 0, false},  // no lock marker before the sign
+		{"-000000005", 0, false},
 		{"x-lock-00000000042", 0, false}, // eleven digits
 		{"x-lock-000000042", 0, false},   // nine digits
 		{"x-lock-00000000a1", 0, false},
@@ -73,10 +80,7 @@ func FuzzParseSeq(f *testing.F) {
 		guidOf(name)
 		contenders([]string{name})
 		position([]string{name, "_c_x-lock-0000000001"}, name)
-		if n < 0 && n > -1_000_000_000 {
-			n = -n // ZooKeeper would print fewer digits: see parseSeq
-		}
-		made := fmt.Sprintf("%s-lock-%010d", strings.TrimRight(name, "0123456789-_"), n)
+		made := fmt.Sprintf("%s-lock-%010d", strings.TrimRight(name, "0123456789-_"), n) // as ZooKeeper prints it
 		seq, ok := parseSeq(made)
 		if !ok || seq != int64(n) {
 			t.Fatalf("parseSeq(%q) = %d, %v; want %d", made, seq, ok, n)
