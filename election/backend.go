@@ -107,7 +107,9 @@ type Session interface {
 	// lower than that of a later arrival that acquired first); backends
 	// that set the token at Enqueue return t unchanged. It fails with
 	// tenure.ErrOwnershipLost or tenure.ErrSessionExpired when the entry is
-	// lost while waiting.
+	// lost while waiting; a backend may notice a lost entry only when it
+	// next reads the queue (ZooKeeper: when the predecessor goes), but
+	// never returns nil after a read that does not show it.
 	WaitHead(ctx context.Context, t Ticket) (Ticket, error)
 	// WatchLoss blocks until t's entry is deleted or no longer belongs to
 	// this session, and returns why (tenure.ErrOwnershipLost or

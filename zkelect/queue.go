@@ -63,9 +63,10 @@ const MaxIdentityLen = 64 << 10
 
 // Enqueue creates "<key>/_c_<uuid>-lock-<seq>", ephemeral and sequential,
 // with the identity as data. When the reply is lost it finds the node by
-// its uuid. When Enqueue fails (the caller gave up while a create was in
-// flight, the link went down before the node was read, the session
-// expired), any node it may have made is deleted in the background, once
+// its uuid. When Enqueue fails (the caller gave up while a create or the
+// read after it was in flight, the link went down before a node whose
+// create reply went unread could be read, the session expired), any node
+// it may have made is deleted in the background, once
 // the link is back, until it is gone or the Backend closes, whichever of
 // the connection's sessions owns it.
 func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election.Ticket, err error) {
@@ -399,7 +400,10 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 //
 // A waiter does not watch its own node (one request per handoff less): a
 // waiter whose node was deleted learns it at its next wake-up, when the
-// queue read shows the node gone, and is never elected without it.
+// queue read shows the node gone, so it waits on, unaware, for as long as
+// its predecessor stays. A node deleted after the read that shows it first
+// (microseconds before this returns, or between Enqueue's read and this
+// call) is found gone by WatchLoss, when it sets its watch.
 func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	ownCh := s.takeWatch(t.Name) // when Enqueue read the node with a watch
 	for {

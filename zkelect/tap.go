@@ -203,9 +203,11 @@ func (f *frames) feed(b []byte, handle func(index int, head []byte)) {
 			if f.lenN < 4 {
 				return
 			}
-			f.left = int(int32(binary.BigEndian.Uint32(f.lenBuf[:])))
+			// Unsigned, as go-zookeeper reads it, so that both stay in
+			// step on any length.
+			f.left = int(binary.BigEndian.Uint32(f.lenBuf[:]))
 			f.buf = f.buf[:0]
-			if f.left <= 0 {
+			if f.left == 0 {
 				handle(f.index, nil)
 				f.index++
 				f.lenN = 0
