@@ -227,8 +227,10 @@ func TestWatchLoss_TheLeaderWatchesItsNodeTheWaiterDoesNot(t *testing.T) {
 			if !errors.Is(reason, tenure.ErrOwnershipLost) {
 				t.Fatalf("node deleted %v into the term: demoted with %v, want ErrOwnershipLost", after, reason)
 			}
-			// Far below RenewInterval (TTL/3): the watch told, not a renewal.
-			if took > 400*time.Millisecond {
+			// The renewals (syncs) never look at the node, so only the
+			// watch can have told; the bound only keeps a slow machine
+			// from failing the test.
+			if took > 2*time.Second {
 				t.Fatalf("node deleted %v into the term: demoted %v later", after, took)
 			}
 			t.Logf("node deleted %v into the term: demoted %v later", after, took.Round(time.Microsecond))
