@@ -50,7 +50,10 @@ func WithLogger(l *zap.Logger) Option {
 	}
 }
 
-// WithDialer sets the dialer go-zookeeper connects with. Default: net.DialTimeout.
+// WithDialer sets the dialer go-zookeeper connects with. Default:
+// net.DialTimeout. Either way, the Backend wraps each connection the dialer
+// returns to read the zxid of its create replies (the new node's czxid);
+// the wrapper passes every byte through unchanged.
 func WithDialer(d zk.Dialer) Option { return func(o *options) { o.dialer = d } }
 
 // Backend is an election.Backend on one ZooKeeper connection. It is safe for
