@@ -126,6 +126,15 @@ func TestEnsemble_LeaderServerKilled(t *testing.T) {
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Each term's token, read off the create's reply (on whichever server
+	// the candidate's connection uses, follower or leader), must be its
+	// node's czxid.
+	admin, _, err := zk.Connect(ens.Endpoints(), sessionTimeout, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var tokensChecked atomic.Int32
 	var wg sync.WaitGroup
 	var electors []*election.Elector
 	var backends []*zkelect.Backend
@@ -156,6 +165,12 @@ func TestEnsemble_LeaderServerKilled(t *testing.T) {
 					afterKill++
 				}
 				mu.Unlock()
+				if _, st, err := admin.Get(term.Entry); err == nil {
+					if uint64(st.Czxid) != term.Token {
+						t.Errorf("term %s: token %d, but the node's czxid is %d", term.Entry, term.Token, st.Czxid)
+					}
+					tokensChecked.Add(1)
+				}
 				select {
 				case <-lctx.Done():
 				case <-time.After(20 * time.Millisecond):
@@ -219,7 +234,15 @@ func TestEnsemble_LeaderServerKilled(t *testing.T) {
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("killed ZooKeeper leader server %d; %d elections in all, %d after the kill", leader, len(terms), afterKill)
+	servers := make([]string, len(backends))
+	for i, b := range backends {
+		servers[i] = b.Conn().Server()
+	}
+	t.Logf("killed ZooKeeper leader server %d; %d elections in all, %d after the kill; tokens checked against the czxid: %d; candidates on %v",
+		leader, len(terms), afterKill, tokensChecked.Load(), servers)
+	if tokensChecked.Load() < 20 {
+		t.Fatalf("only %d tokens checked against their node", tokensChecked.Load())
+	}
 	if o := overlaps.Load(); o != 0 {
 		t.Fatalf("%d elections overlapped another leader", o)
 	}

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/election/electiontest"
+	"github.com/tenure-go/tenure/internal/zkserver"
 	"github.com/tenure-go/tenure/zkelect"
 )
 
@@ -101,4 +104,72 @@ func TestTap_TokenIsTheNodesCzxid(t *testing.T) {
 			t.Errorf("backend %d, tap off: %d creates read back, want %d", i, misses, 3*perSession)
 		}
 	}
+}
+
+// TestTap_TokenOnEveryServerOfAnEnsemble: a follower answers a create
+// after it has applied the leader's commit; the zxid of its reply must be
+// the node's czxid too. One candidate per server of a three-server
+// ensemble, creating at once.
+func TestTap_TokenOnEveryServerOfAnEnsemble(t *testing.T) {
+	ens, err := zkserver.Start(t.TempDir(), zkserver.Options{Servers: 3, MaxSessionTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ens.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin, _, err := zk.Connect(ens.Endpoints(), ttl, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	leader, err := ens.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := electiontest.Key(t)
+	const each = 30
+	var wg sync.WaitGroup
+	for i, ep := range ens.Endpoints() {
+		b, err := zkelect.Dial(ctx, []string{ep}, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		sess, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close(context.Background())
+		wg.Go(func() {
+			for n := range each {
+				tk, err := sess.Enqueue(ctx, key, fmt.Sprint(i, "-", n))
+				if err != nil {
+					t.Errorf("server %d: Enqueue: %v", i, err)
+					return
+				}
+				if _, err := admin.Sync(tk.Name); err != nil {
+					t.Errorf("sync: %v", err)
+					return
+				}
+				_, st, err := admin.Exists(tk.Name)
+				if err != nil || st == nil {
+					t.Errorf("Exists(%s) = %v, %v", tk.Name, st, err)
+					return
+				}
+				if uint64(st.Czxid) != tk.Token || st.EphemeralOwner != b.Conn().SessionID() {
+					t.Errorf("server %d (leader: %v): %s token %d, owner %#x; the node's czxid is %d, owner %#x",
+						i, i == leader, tk.Name, tk.Token, b.Conn().SessionID(), st.Czxid, st.EphemeralOwner)
+				}
+				if err := sess.Dequeue(ctx, tk); err != nil {
+					t.Errorf("Dequeue: %v", err)
+					return
+				}
+			}
+			if m := zkelect.TapMisses(b); m != 0 {
+				t.Errorf("server %d: %d creates read back: the tap missed their replies", i, m)
+			}
+		})
+	}
+	wg.Wait()
 }
