@@ -59,7 +59,7 @@ func TestTap_TokenIsTheNodesCzxid(t *testing.T) {
 	const perSession = 40
 	var wg sync.WaitGroup
 	var enqueued atomic.Int32
-	for _, be := range bs {
+	for i, be := range bs {
 		for j := range 3 {
 			sess, err := be.b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
 			if err != nil {
@@ -67,27 +67,8 @@ func TestTap_TokenIsTheNodesCzxid(t *testing.T) {
 			}
 			t.Cleanup(func() { sess.Close(context.Background()) })
 			wg.Go(func() {
-				for n := range perSession {
-					tk, err := sess.Enqueue(ctx, key, fmt.Sprintf("s%d-%d", j, n))
-					if err != nil {
-						t.Errorf("Enqueue: %v", err)
-						return
-					}
-					_, st, err := raw.Exists(tk.Name)
-					if err != nil || st == nil {
-						t.Errorf("Exists(%s) = %v, %v", tk.Name, st, err)
-						return
-					}
-					if uint64(st.Czxid) != tk.Token || st.EphemeralOwner != be.b.Conn().SessionID() {
-						t.Errorf("%s (tap on: %v): token %d, owner %#x; the node's czxid is %d, owner %#x",
-							tk.Name, be.tapped, tk.Token, be.b.Conn().SessionID(), st.Czxid, st.EphemeralOwner)
-					}
-					enqueued.Add(1)
-					if err := sess.Dequeue(ctx, tk); err != nil {
-						t.Errorf("Dequeue: %v", err)
-						return
-					}
-				}
+				checked := enqueueAndCheck(t, ctx, raw, be.b, sess, key, perSession, fmt.Sprintf("backend %d session %d, tap on: %v", i, j, be.tapped))
+				enqueued.Add(int32(checked))
 			})
 		}
 	}
@@ -142,34 +123,46 @@ func TestTap_TokenOnEveryServerOfAnEnsemble(t *testing.T) {
 		}
 		defer sess.Close(context.Background())
 		wg.Go(func() {
-			for n := range each {
-				tk, err := sess.Enqueue(ctx, key, fmt.Sprint(i, "-", n))
-				if err != nil {
-					t.Errorf("server %d: Enqueue: %v", i, err)
-					return
-				}
-				if _, err := admin.Sync(tk.Name); err != nil {
-					t.Errorf("sync: %v", err)
-					return
-				}
-				_, st, err := admin.Exists(tk.Name)
-				if err != nil || st == nil {
-					t.Errorf("Exists(%s) = %v, %v", tk.Name, st, err)
-					return
-				}
-				if uint64(st.Czxid) != tk.Token || st.EphemeralOwner != b.Conn().SessionID() {
-					t.Errorf("server %d (leader: %v): %s token %d, owner %#x; the node's czxid is %d, owner %#x",
-						i, i == leader, tk.Name, tk.Token, b.Conn().SessionID(), st.Czxid, st.EphemeralOwner)
-				}
-				if err := sess.Dequeue(ctx, tk); err != nil {
-					t.Errorf("Dequeue: %v", err)
-					return
-				}
-			}
+			enqueueAndCheck(t, ctx, admin, b, sess, key, each, fmt.Sprintf("server %d, leader: %v", i, i == leader))
 			if m := zkelect.TapMisses(b); m != 0 {
 				t.Errorf("server %d: %d creates read back: the tap missed their replies", i, m)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// enqueueAndCheck enqueues and dequeues n times on sess, and checks each
+// ticket's token and owner against its node's Stat, read through raw
+// after a sync (raw may use another server). It returns how many it
+// checked; it reports failures with t.Errorf, so it may run in a
+// goroutine.
+func enqueueAndCheck(t *testing.T, ctx context.Context, raw *zk.Conn, b *zkelect.Backend, sess election.Session, key string, n int, what string) int {
+	checked := 0
+	for i := range n {
+		tk, err := sess.Enqueue(ctx, key, fmt.Sprint(what, "-", i))
+		if err != nil {
+			t.Errorf("%s: Enqueue: %v", what, err)
+			return checked
+		}
+		if _, err := raw.Sync(tk.Name); err != nil {
+			t.Errorf("%s: sync: %v", what, err)
+			return checked
+		}
+		_, st, err := raw.Exists(tk.Name)
+		if err != nil || st == nil {
+			t.Errorf("%s: Exists(%s) = %v, %v", what, tk.Name, st, err)
+			return checked
+		}
+		if owner := b.Conn().SessionID(); uint64(st.Czxid) != tk.Token || st.EphemeralOwner != owner {
+			t.Errorf("%s: %s token %d, owner %#x; the node's czxid is %d, owner %#x",
+				what, tk.Name, tk.Token, owner, st.Czxid, st.EphemeralOwner)
+		}
+		checked++
+		if err := sess.Dequeue(ctx, tk); err != nil {
+			t.Errorf("%s: Dequeue: %v", what, err)
+			return checked
+		}
+	}
+	return checked
 }
