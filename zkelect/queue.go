@@ -192,16 +192,20 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 			ok    = true
 		)
 		var prefetched []string
+		readChildren := func() []string { // nil when the read fails
+			c, err := call(ctx, s.b, func() ([]string, error) {
+				c, _, err := s.b.conn.Children(key)
+				return c, err
+			}, nil)
+			if err != nil {
+				return nil
+			}
+			return c
+		}
 		if n, tapped := s.b.tap.take(p); tapped {
 			czxid, owner = n.zxid, n.session
 			if owner == s.id {
-				c, cerr := call(ctx, s.b, func() ([]string, error) {
-					c, _, err := s.b.conn.Children(key)
-					return c, err
-				}, nil)
-				if cerr == nil {
-					prefetched = c
-				}
+				prefetched = readChildren()
 				if err := ctx.Err(); err != nil {
 					// Given up before it could return: the node must go,
 					// as when a read of it fails below.
@@ -218,16 +222,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 			// that follows it through WaitHead and WatchLoss, and the queue
 			// at the same time (the two requests share the connection).
 			children := make(chan []string, 1)
-			go func() {
-				c, err := call(ctx, s.b, func() ([]string, error) {
-					c, _, err := s.b.conn.Children(key)
-					return c, err
-				}, nil)
-				if err != nil {
-					c = nil
-				}
-				children <- c
-			}()
+			go func() { children <- readChildren() }()
 			var st *zk.Stat
 			err = retry(ctx, func() (err error) {
 				ch, st, ok, err = s.watch(ctx, p)
