@@ -243,3 +243,76 @@ func TestWatchLoss_TheLeaderWatchesItsNodeTheWaiterDoesNot(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitHead_WaiterWhoseNodeIsDeletedIsPassedOver: a waiter (w) does not
+// watch its own node. When its node is deleted while the leader (a) holds,
+// the candidate behind it (x) now waits for a, and w learns of the loss by
+// the time a resigns at the latest: x leads, and w's campaign fails with
+// ErrOwnershipLost; w never leads without its node.
+func TestWaitHead_WaiterWhoseNodeIsDeletedIsPassedOver(t *testing.T) {
+	raw := rawConn(t, "", "")
+	ctx := ctxT(t, 60*time.Second)
+	key := electiontest.Key(t)
+	a := newZKElector(t, dialWith(t), key, "a")
+	w := newZKElector(t, dialWith(t), key, "w")
+	x := newZKElector(t, dialWith(t), key, "x")
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nodeOf := func(id string) string {
+		c, _, err := raw.Children(key)
+		if err != nil {
+			return ""
+		}
+		for _, n := range c {
+			if d, _, err := raw.Get(path.Join(key, n)); err == nil && string(d) == id {
+				return path.Join(key, n)
+			}
+		}
+		return ""
+	}
+	wDone := campaignAsync(ctx, w)
+	waitUntil(t, "w queued", func() bool { return nodeOf("w") != "" })
+	xDone := campaignAsync(ctx, x)
+	waitUntil(t, "x queued", func() bool { return nodeOf("x") != "" })
+	wNode := nodeOf("w")
+	waitUntil(t, "x's watch on w's node", func() bool { return strings.Contains(wchc(t), wNode) })
+	if err := raw.Delete(wNode, -1); err != nil {
+		t.Fatal(err)
+	}
+	// w may learn of its loss now or later (today: later), but never
+	// leads; x waits for a.
+	var wErr error
+	wEnded := false
+	select {
+	case wErr = <-wDone:
+		wEnded = true
+	case err := <-xDone:
+		t.Fatalf("x's campaign ended while a still leads: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-xDone:
+		if err != nil {
+			t.Fatalf("x's campaign: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("x was not elected after a resigned")
+	}
+	if !wEnded {
+		select {
+		case wErr = <-wDone:
+		case <-ctx.Done():
+			t.Fatal("w's campaign did not end after a resigned")
+		}
+	}
+	if !errors.Is(wErr, tenure.ErrOwnershipLost) {
+		t.Fatalf("w's campaign = %v, want ErrOwnershipLost", wErr)
+	}
+	if w.IsLeader() || !x.IsLeader() {
+		t.Fatalf("after a resigned: w leads %v, x leads %v; want x alone", w.IsLeader(), x.IsLeader())
+	}
+}
