@@ -143,6 +143,7 @@ func BenchmarkHandoff(b *testing.B) {
 type handoffState struct {
 	mu          sync.Mutex
 	release     time.Time // when the latest holder decided to release
+	releaser    int       // that holder's index
 	haveRelease bool
 	lats        []time.Duration
 	handoffs    int

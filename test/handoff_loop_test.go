@@ -44,6 +44,10 @@ type handoffLoop struct {
 	yield      bool
 	hold       time.Duration
 	holdUntil  func(ctx context.Context) error
+	// trace, when set, is told of every timed handoff: the releasing and
+	// the acquiring contender's index, the release and the acquisition
+	// times. It runs under the loop's lock and must be quick.
+	trace func(from, to int, release, acquired time.Time)
 }
 
 func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.CancelFunc) {
@@ -92,6 +96,9 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 					if st.handoffs >= warm {
 						st.lats = append(st.lats, now.Sub(st.release))
 						st.last = now
+						if h.trace != nil {
+							h.trace(st.releaser, i, st.release, now)
+						}
 					}
 					st.handoffs++
 				}
@@ -123,7 +130,7 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 					}
 				}
 				st.holders.Add(-1)
-				st.release, st.haveRelease = time.Now(), true
+				st.release, st.haveRelease, st.releaser = time.Now(), true, i
 				if st.handoffs == warm {
 					st.first = st.release
 				}

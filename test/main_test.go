@@ -23,6 +23,10 @@ var endpoint string
 // standalone ZooKeeper server.
 var zkEndpoints []string
 
+// zkEnsemble is that server (for its process id: the benchmarks read its
+// CPU time).
+var zkEnsemble *zkserver.Ensemble
+
 func TestMain(m *testing.M) {
 	if id := os.Getenv(tickerEnv); id != "" {
 		os.Exit(tickerMain(id)) // the command a failover benchmark's holder runs
@@ -62,7 +66,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "zookeeper:", err)
 		return 1
 	}
-	zkEndpoints = zks.Endpoints()
+	zkEndpoints, zkEnsemble = zks.Endpoints(), zks
 
 	// One redis-server (persistence off), for the Redis benchmarks.
 	redisDir, err := os.MkdirTemp("", "tenure-test-redis-")

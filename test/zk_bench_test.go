@@ -50,8 +50,8 @@ var maxDriverContenders = 1000
 type zkImpl struct {
 	name string
 	// new builds the contender with index i for key (in-process
-	// implementations).
-	new func(ctx context.Context, key string, i int) (contender, error)
+	// implementations), connecting with dial.
+	new func(ctx context.Context, key string, i int, dial zk.Dialer) (contender, error)
 	// command returns the driver's argv for n contenders, warm warm-up
 	// handoffs and count timed ones, or an error saying why it cannot run
 	// here (the sub-benchmark is then skipped).
@@ -72,8 +72,8 @@ type zkTenureContender struct {
 	e *election.Elector
 }
 
-func newZKTenure(ctx context.Context, key string, i int) (contender, error) {
-	b, err := zkelect.Dial(ctx, zkEndpoints, zkSessionTimeout)
+func newZKTenure(ctx context.Context, key string, i int, dial zk.Dialer) (contender, error) {
+	b, err := zkelect.Dial(ctx, zkEndpoints, zkSessionTimeout, zkelect.WithDialer(dial))
 	if err != nil {
 		return nil, err
 	}
@@ -105,8 +105,8 @@ type goZKContender struct {
 	closeOnce sync.Once
 }
 
-func newGoZKLock(ctx context.Context, key string, _ int) (contender, error) {
-	conn, err := zkConnect(ctx)
+func newGoZKLock(ctx context.Context, key string, _ int, dial zk.Dialer) (contender, error) {
+	conn, err := zkConnectWith(ctx, dial)
 	if err != nil {
 		return nil, err
 	}
@@ -137,8 +137,11 @@ func (zkNopLogger) Printf(string, ...any) {}
 
 // zkConnect opens a go-zookeeper connection with the benchmarks' session
 // timeout and waits until it has a session.
-func zkConnect(ctx context.Context) (*zk.Conn, error) {
-	conn, ev, err := zk.Connect(zkEndpoints, zkSessionTimeout, zk.WithLogger(zkNopLogger{}))
+func zkConnect(ctx context.Context) (*zk.Conn, error) { return zkConnectWith(ctx, net.DialTimeout) }
+
+// zkConnectWith is zkConnect through dial.
+func zkConnectWith(ctx context.Context, dial zk.Dialer) (*zk.Conn, error) {
+	conn, ev, err := zk.Connect(zkEndpoints, zkSessionTimeout, zk.WithLogger(zkNopLogger{}), zk.WithDialer(dial))
 	if err != nil {
 		return nil, err
 	}
@@ -448,6 +451,7 @@ func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 	}()
 	var mem memCost
 	mem.mark(n)
+	wire := newWireLog()
 	made := make([]contender, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, 16)
@@ -456,7 +460,7 @@ func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			made[i], errs[i] = im.new(ctx, key, i)
+			made[i], errs[i] = im.new(ctx, key, i, wire.dialer(i))
 		})
 	}
 	wg.Wait()
@@ -470,6 +474,7 @@ func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 	}
 
 	reqs := zkRequests{n: int64(count)}
+	var cpu cpuMeter
 	handoffLoop{
 		cons:       cons,
 		warm:       warm,
@@ -477,8 +482,13 @@ func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 		queued:     func() (int, error) { c, _, err := admin.Children(key); return len(c), err },
 		dump:       func(state []atomic.Int32) string { return dumpZKQueue(admin, key, state) },
 		queuedHook: mem.measure,
-		begin:      reqs.begin,
-		end:        reqs.report,
+		begin:      func(b *testing.B) { reqs.begin(b); cpu.begin() },
+		end: func(b *testing.B) {
+			cpu.report(b, count, true)
+			reqs.report(b)
+			wire.report(b)
+		},
+		trace: wire.handoff,
 	}.run(b, ctx, cancel)
 }
 
@@ -655,12 +665,15 @@ func benchZKDriver(b *testing.B, im zkImpl, n int) {
 	}
 	rss := rssKB(cmd.Process.Pid) / float64(n)
 	reqs := zkRequests{n: int64(count)}
+	var cpu cpuMeter
 	reqs.begin(b)
+	cpu.begin()
 	b.ResetTimer()
 	if !awaitFinished(ctx, st, r.finished) {
 		fail("run stopped after %d of %d handoffs (stall limit %v, ctx: %v)", st.count(), count, stallTimeout, ctx.Err())
 	}
 	b.StopTimer()
+	cpu.report(b, count, false)
 	reqs.report(b)
 
 	// The driver now stops its waiters, closes its clients and prints the

@@ -608,6 +608,21 @@ func (e *Ensemble) Mode(i int) string {
 	return mode
 }
 
+// Pid returns the process id of server i, or an error when it is not
+// running. Safe for concurrent use.
+func (e *Ensemble) Pid(i int) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, err := e.server(i)
+	if err != nil {
+		return 0, err
+	}
+	if !s.running() {
+		return 0, fmt.Errorf("zkserver: server %d is not running", i)
+	}
+	return s.cmd.Process.Pid, nil
+}
+
 // Sessions returns the ids of the sessions whose clients are connected to
 // server i now, from its `cons` answer. It asks once, without waiting.
 func (e *Ensemble) Sessions(i int) ([]int64, error) {
