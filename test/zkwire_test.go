@@ -35,8 +35,11 @@ import (
 // implementations pay the same wrapper (a timestamp and a short parse per
 // frame).
 
-// zkOpDelete is ZooKeeper's delete opcode.
-const zkOpDelete = 2
+// ZooKeeper's create and delete opcodes.
+const (
+	zkOpCreate = 1
+	zkOpDelete = 2
+)
 
 // wireFrame is one frame seen on a connection.
 type wireFrame struct {
@@ -192,20 +195,40 @@ func (w *wireLog) framesOf(i int) []wireFrame {
 	return fs
 }
 
-// wireParts is one handoff split on the wire.
-type wireParts struct{ release, commit, wake, read, elect time.Duration }
+// wireParts is one handoff split on the wire, and, when requeued, the
+// time from the releaser's reading its delete's reply to its writing its
+// next create (the campaign after the release: not part of the handoff,
+// but its create reaches the server while the handoff's read does).
+type wireParts struct {
+	release, commit, wake, read, elect time.Duration
+	requeue                            time.Duration
+	requeued                           bool
+}
 
 // split finds handoff h's frames; ok is false when one is missing (the
 // successor was not waiting on a watch, a connection was replaced).
 func split(h wireHandoff, from, to []wireFrame) (p wireParts, ok bool) {
 	i, _ := slices.BinarySearchFunc(from, h.release, func(f wireFrame, t time.Time) int { return f.at.Compare(t) })
-	var del time.Time
+	var del, delReply time.Time
+	delXid := int32(0)
 	for _, f := range from[i:] {
-		if f.at.After(h.acquired) {
-			break
+		if del.IsZero() {
+			if f.at.After(h.acquired) {
+				break
+			}
+			if !f.in && f.op == zkOpDelete {
+				del, delXid = f.at, f.xid
+			}
+			continue
 		}
-		if !f.in && f.op == zkOpDelete {
-			del = f.at
+		if delReply.IsZero() {
+			if f.in && f.xid == delXid {
+				delReply = f.at
+			}
+			continue
+		}
+		if !f.in && f.op == zkOpCreate {
+			p.requeue, p.requeued = f.at.Sub(delReply), true
 			break
 		}
 	}
@@ -238,13 +261,14 @@ func split(h wireHandoff, from, to []wireFrame) (p wireParts, ok bool) {
 	if reply.IsZero() {
 		return p, false
 	}
-	return wireParts{del.Sub(h.release), event.Sub(del), sent.Sub(event), reply.Sub(sent), h.acquired.Sub(reply)}, true
+	p.release, p.commit, p.wake, p.read, p.elect = del.Sub(h.release), event.Sub(del), sent.Sub(event), reply.Sub(sent), h.acquired.Sub(reply)
+	return p, true
 }
 
 // report splits every timed handoff and reports the median of each part
 // in µs (release-us, commit-us, wake-us, read-us, elect-us), the median of
-// the three client parts' sum (client-us), and the share of handoffs it
-// could split (split). It fails b when it could split fewer than half:
+// the three client parts' sum (client-us), the share of handoffs it
+// could split (split), and the median requeue (requeue-us). It fails b when it could split fewer than half:
 // the frames it looks for are every handoff's on both implementations.
 func (w *wireLog) report(b *testing.B) {
 	w.mu.Lock()
@@ -259,10 +283,14 @@ func (w *wireLog) report(b *testing.B) {
 		return frames[i]
 	}
 	var parts [6][]time.Duration
+	var requeues []time.Duration
 	for _, h := range hs {
 		p, ok := split(h, of(h.from), of(h.to))
 		if !ok {
 			continue
+		}
+		if p.requeued {
+			requeues = append(requeues, p.requeue)
 		}
 		for k, d := range []time.Duration{p.release, p.commit, p.wake, p.read, p.elect, p.release + p.wake + p.elect} {
 			parts[k] = append(parts[k], d)
@@ -277,6 +305,10 @@ func (w *wireLog) report(b *testing.B) {
 		b.ReportMetric(float64(nearestRank(parts[k], 50))/float64(time.Microsecond), unit)
 	}
 	b.ReportMetric(float64(len(parts[0]))/float64(len(hs)), "split")
+	if len(requeues) > 0 {
+		slices.Sort(requeues)
+		b.ReportMetric(float64(nearestRank(requeues, 50))/float64(time.Microsecond), "requeue-us")
+	}
 }
 
 // cpuMeter measures the CPU time the ZooKeeper server and this process
@@ -394,6 +426,9 @@ func TestSplit_FindsEachPart(t *testing.T) {
 		{at: at(3), xid: 8, op: 12},           // not a delete
 		{at: at(5), xid: 9, op: zkOpDelete},
 		{at: at(300), in: true, xid: 9},
+		{at: at(310), xid: 10, op: 12},
+		{at: at(312), xid: 11, op: zkOpCreate},
+		{at: at(320), xid: 12, op: zkOpCreate},
 	}
 	to := []wireFrame{
 		{at: at(1), in: true, xid: -1}, // before the delete: not this handoff's
@@ -406,7 +441,8 @@ func TestSplit_FindsEachPart(t *testing.T) {
 	}
 	h := wireHandoff{from: 0, to: 1, release: at(0), acquired: at(560)}
 	p, ok := split(h, from, to)
-	want := wireParts{release: 5 * time.Microsecond, commit: 275 * time.Microsecond, wake: 10 * time.Microsecond, read: 250 * time.Microsecond, elect: 20 * time.Microsecond}
+	want := wireParts{release: 5 * time.Microsecond, commit: 275 * time.Microsecond, wake: 10 * time.Microsecond, read: 250 * time.Microsecond, elect: 20 * time.Microsecond,
+		requeue: 12 * time.Microsecond, requeued: true}
 	if !ok || p != want {
 		t.Fatalf("split = %+v, %v; want %+v, true", p, ok, want)
 	}
