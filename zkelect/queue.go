@@ -296,12 +296,16 @@ func (s *session) findByGUID(ctx context.Context, key, guid string) (string, err
 
 // queue reads key's children and returns t's place among the contenders:
 // how many are ahead of it (-1 when t's node is absent) and the one right
-// before it.
-func (s *session) queue(ctx context.Context, t election.Ticket) (int, contender, error) {
+// before it. A read already made (by a wake-up) is passed as read, nil
+// when there is none.
+func (s *session) queue(ctx context.Context, t election.Ticket, read *[]string) (int, contender, error) {
 	s.mu.Lock()
 	children, ok := s.prefetched[t.Name] // read just after t's node was created
 	delete(s.prefetched, t.Name)
 	s.mu.Unlock()
+	if read != nil {
+		children, ok = *read, true
+	}
 	if !ok {
 		var err error
 		children, err = call(ctx, s.b, func() ([]string, error) {
@@ -346,7 +350,7 @@ func (s *session) forget(p string) {
 
 // Ahead counts the contenders before t.
 func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
-	i, _, err := s.queue(ctx, t)
+	i, _, err := s.queue(ctx, t, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -401,6 +405,7 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 // call) is found gone by WatchLoss, when it sets its watch.
 func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	ownCh := s.takeWatch(t.Name) // when Enqueue read the node with a watch
+	var read *[]string           // the queue read made by the last wake-up
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -408,7 +413,8 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if !s.alive() {
 			return s.lost(t)
 		}
-		i, before, err := s.queue(ctx, t)
+		i, before, err := s.queue(ctx, t, read)
+		read = nil
 		if err != nil {
 			if !pause(ctx) {
 				return ctx.Err()
@@ -450,21 +456,67 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if !ok {
 			continue // gone already: read the queue again
 		}
-		select {
-		case <-predCh:
-			s.b.watchEvents.Add(1)
-		case ev := <-ownCh:
+		w, err := s.wake(ctx, t.Key, predCh, ownCh)
+		switch {
+		case w.ended:
+			return s.Err()
+		case w.own:
 			s.b.watchEvents.Add(1)
 			ownCh = nil
-			if ev.Type == zk.EventNodeDeleted {
+			if w.ownEvent.Type == zk.EventNodeDeleted {
 				return s.lost(t)
 			}
-		case <-s.Done():
-			return s.Err()
-		case <-ctx.Done():
+		case !w.woke: // ctx ended
 			return ctx.Err()
+		case err != nil:
+			s.b.watchEvents.Add(1)
+			if !pause(ctx) {
+				return ctx.Err()
+			}
+		default:
+			s.b.watchEvents.Add(1)
+			read = &w.children
 		}
 	}
+}
+
+// woken is what ended one wait of waitHead.
+type woken struct {
+	woke     bool     // the predecessor's watch fired; then children
+	children []string // the queue, read after that event (unless err)
+	own      bool     // the watch on t's own node fired first
+	ownEvent zk.Event
+	ended    bool // the session ended first
+}
+
+// wake waits for the predecessor's watch event, then reads key's
+// children. The wait and the read run in one goroutine, started before
+// the wait: the event starts the read at once, as in go-zookeeper's own
+// Lock, not after a goroutine hand-off. The wait ends early, with nothing
+// read, on an event of ownCh (t's own node, when Enqueue left a watch on
+// it), the session's end or ctx's (woke false and no own or ended: ctx
+// ended).
+func (s *session) wake(ctx context.Context, key string, predCh, ownCh <-chan zk.Event) (woken, error) {
+	w, err := call(ctx, s.b, func() (woken, error) {
+		select {
+		case <-predCh:
+		case ev := <-ownCh:
+			return woken{own: true, ownEvent: ev}, nil
+		case <-s.Done():
+			return woken{ended: true}, nil
+		case <-ctx.Done():
+			return woken{}, ctx.Err()
+		}
+		children, _, err := s.b.conn.Children(key)
+		if errors.Is(err, zk.ErrNoNode) {
+			children, err = nil, nil // no key, so no node of ours: the queue is empty
+		}
+		return woken{woke: true, children: children}, translate("children of "+key, err)
+	}, nil)
+	if ctx.Err() != nil && !w.ended && !w.own {
+		return woken{}, ctx.Err()
+	}
+	return w, err
 }
 
 // lossWatchDelay is how long after WatchLoss starts it sets its first
