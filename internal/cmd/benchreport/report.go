@@ -96,6 +96,7 @@ func (r *report) render() ([]byte, error) {
 		"failoverTable": func() string { return r.failoverTable() },
 		"pauseTable":    func() string { return r.pauseTable() },
 		"costTable":     r.costTable,
+		"zkSplitTable":  r.zkSplitTable,
 		"m":             r.metric,
 		"rounds":        r.roundsOf,
 		"ratio":         r.ratio,
@@ -288,6 +289,31 @@ func (r *report) costTable(n int) string {
 			res := r.rs.lookup(b.Bench, impl, n)
 			fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |\n", b.Name, label(impl),
 				cell(res, "heap-KB/candidate"), cell(res, "goroutines/candidate"), cell(res, "rss-KB/candidate"), cell(res, b.Reqs))
+		}
+	}
+	return sb.String()
+}
+
+// zkSplitTable is the ZooKeeper handoff split on the wire (see
+// test/zkwire_test.go) and the CPU time per handoff, for every contender
+// count and implementation; the drivers (Curator, kazoo) have the server's
+// CPU time only.
+func (r *report) zkSplitTable() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "| contenders | implementation | release µs | commit µs (server) | wake µs | read µs (server) | elect µs | client µs | requeue µs | ZooKeeper CPU µs per handoff | Go CPU µs per handoff |\n")
+	fmt.Fprintf(&sb, "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	zk := r.backend("zookeeper")
+	for _, n := range r.counts(zk.Bench) {
+		for _, impl := range append([]string{zk.Tenure}, zk.Peers...) {
+			res := r.rs.lookup(zk.Bench, impl, n)
+			if res == nil || res.skipped {
+				continue
+			}
+			fmt.Fprintf(&sb, "| %d | %s |", n, label(impl))
+			for _, u := range []string{"release-us", "commit-us", "wake-us", "read-us", "elect-us", "client-us", "requeue-us", "zk-cpu-us/handoff", "go-cpu-us/handoff"} {
+				fmt.Fprintf(&sb, " %s |", cell(res, u))
+			}
+			sb.WriteString("\n")
 		}
 	}
 	return sb.String()
