@@ -486,7 +486,7 @@ func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 		end: func(b *testing.B) {
 			cpu.report(b, count, true)
 			reqs.report(b)
-			wire.report(b)
+			wire.report(b, n)
 		},
 		trace: wire.handoff,
 	}.run(b, ctx, cancel)

@@ -268,9 +268,17 @@ func split(h wireHandoff, from, to []wireFrame) (p wireParts, ok bool) {
 // report splits every timed handoff and reports the median of each part
 // in µs (release-us, commit-us, wake-us, read-us, elect-us), the median of
 // the three client parts' sum (client-us), the share of handoffs it
-// could split (split), and the median requeue (requeue-us). It fails b when it could split fewer than half:
-// the frames it looks for are every handoff's on both implementations.
-func (w *wireLog) report(b *testing.B) {
+// could split (split), and the median requeue (requeue-us).
+//
+// Only a handoff whose successor was waiting on its predecessor's watch
+// splits. With n contenders the releaser joins the queue n-1 places back;
+// at 2, the successor is mostly the last releaser, whose requeue (three
+// round trips) is often not done when the holder releases again, so it
+// finds itself first without an event and few handoffs split. From 10
+// contenders on every successor waits on a watch: report fails b when it
+// splits fewer than half of them then (a frame it looks for is no longer
+// where it looks).
+func (w *wireLog) report(b *testing.B, n int) {
 	w.mu.Lock()
 	hs := slices.Clone(w.handoffs)
 	w.mu.Unlock()
@@ -296,8 +304,11 @@ func (w *wireLog) report(b *testing.B) {
 			parts[k] = append(parts[k], d)
 		}
 	}
-	if len(hs) == 0 || 2*len(parts[0]) < len(hs) {
-		b.Errorf("wire split: %d of %d timed handoffs split into their frames", len(parts[0]), len(hs))
+	if n >= 10 && 2*len(parts[0]) < len(hs) {
+		b.Errorf("wire split: %d of %d timed handoffs at %d contenders split into their frames", len(parts[0]), len(hs), n)
+		return
+	}
+	if len(parts[0]) == 0 {
 		return
 	}
 	for k, unit := range []string{"release-us", "commit-us", "wake-us", "read-us", "elect-us", "client-us"} {
