@@ -249,6 +249,10 @@ func kazooCommand(key string, n, warm, count int) ([]string, error) {
 // (`srvr`'s Received counter, every client's pings included) per handoff.
 // ns/op is the timed wall time per handoff (for the drivers, from the
 // moment the benchmark reads their "start" line to their "finished" line).
+// zk-cpu-us/handoff is the server's CPU time per timed handoff, and for the
+// in-process implementations go-cpu-us/handoff this process's; their
+// handoffs are also split on the wire (release-us, commit-us, wake-us,
+// read-us, elect-us, client-us, requeue-us, split: see wireLog.report).
 //
 // All implementations run on the package's one ZooKeeper server, back to
 // back for each N, in -bench.repeat interleaved rounds. The run fails if two contenders ever hold at once, if no
