@@ -119,6 +119,7 @@ func TestLeader_PrintsHolderAndExits3WhenVacant(t *testing.T) {
 }
 
 func TestLeader_WatchReportsChanges(t *testing.T) {
+	needSignal(t, os.Interrupt)
 	key := testKey(t)
 	p := tenureCmd("leader", "--endpoints", endpoint, "--key", key, "--watch")
 	r, w, err := os.Pipe()

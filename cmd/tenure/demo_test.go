@@ -60,6 +60,7 @@ func TestDemo_RunsAndExitsWithin60s(t *testing.T) {
 // TestDemo_InterruptCleansUp: Ctrl-C during the demo stops it through its
 // own clean-up: exit 130, and its data directory is gone.
 func TestDemo_InterruptCleansUp(t *testing.T) {
+	needSignal(t, os.Interrupt)
 	p, lines, dir, stderr := demoAtTheKill(t)
 	if err := p.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -78,6 +79,7 @@ func TestDemo_InterruptCleansUp(t *testing.T) {
 // TestDemo_SecondInterruptExitsAtOnce: a second Ctrl-C while the first
 // one's clean-up runs exits at once (leaving the clean-up undone).
 func TestDemo_SecondInterruptExitsAtOnce(t *testing.T) {
+	needSignal(t, os.Interrupt)
 	p, lines, dir, stderr := demoAtTheKill(t)
 	defer os.RemoveAll(dir)
 	if err := p.Process.Signal(os.Interrupt); err != nil {

@@ -279,6 +279,7 @@ func TestExec_KilledTenureLeavesNoOrphans(t *testing.T) {
 // TestExec_SIGHUPReleases: SIGHUP (a closed terminal or ssh session) is
 // handled as SIGTERM: CMD gets SIGTERM and the key is released at once.
 func TestExec_SIGHUPReleases(t *testing.T) {
+	needSignal(t, syscall.SIGHUP)
 	testSignalHandsOver(t, env{"etcd", endpoint}, syscall.SIGHUP)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -172,6 +173,20 @@ type proc struct {
 	stderr *bytes.Buffer
 	done   chan struct{}
 	code   int
+}
+
+// needSignal skips t when sig is ignored in this process. The tenure
+// processes a test starts inherit that, and tenure keeps a SIGHUP or
+// SIGINT it was started ignoring, by design (`nohup tenure exec` must
+// survive its terminal: TestExec_NohupSurvivesSIGHUP), so they would not
+// react to sig. It happens when the tests themselves run under nohup
+// (SIGHUP), or as the background job of a shell without job control
+// (SIGINT).
+func needSignal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if signal.Ignored(sig) {
+		t.Skipf("%v is ignored in the test process (run under nohup, or in the background of a shell without job control), so the tenure it starts ignores it too", sig)
+	}
 }
 
 func start(t *testing.T, args ...string) *proc {

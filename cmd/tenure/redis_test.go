@@ -229,6 +229,7 @@ func TestExecRedis_ServerStartingLateIsReached(t *testing.T) {
 // TestExecRedis_SignalWhileDialingEnds: a signal while tenure keeps trying
 // an unreachable Redis ends it at once, with 128+N.
 func TestExecRedis_SignalWhileDialingEnds(t *testing.T) {
+	needSignal(t, os.Interrupt)
 	p := start(t, "exec", "--backend", "redis", "--endpoints", "127.0.0.1:1", "--dial-timeout", "30s", "--key", testKey(t), "--", "true")
 	time.Sleep(500 * time.Millisecond)
 	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {

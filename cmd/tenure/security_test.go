@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,7 +196,7 @@ func TestSecurity_CLIZooKeeperDigestACL(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "not authenticated") {
 		t.Fatalf("wrong digest password: exit %d, stderr %s; want 2 and not authenticated", code, errOut)
 	}
-	_ = holder.cmd.Process.Signal(os.Interrupt)
+	_ = holder.cmd.Process.Signal(syscall.SIGTERM)
 	holder.wait(t, 15*time.Second)
 	for _, o := range []string{errOut, holder.stderr.String()} {
 		if strings.Contains(o, pw) || strings.Contains(o, wrong) {
