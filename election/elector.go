@@ -209,15 +209,15 @@ func (e *Elector) retireLeaseLocked(l *lease) {
 
 // acquire takes sem, one of the elector's one-at-a-time slots, waiting
 // until ctx ends or the elector closes; with wait false it does not wait,
-// and returns busy when the slot is taken.
-func (e *Elector) acquire(ctx context.Context, sem chan struct{}, wait bool, busy error) error {
+// and returns busy() when the slot is taken (busy is called only then).
+func (e *Elector) acquire(ctx context.Context, sem chan struct{}, wait bool, busy func() error) error {
 	select {
 	case sem <- struct{}{}:
 		return nil
 	default:
 	}
 	if !wait {
-		return busy
+		return busy()
 	}
 	select {
 	case sem <- struct{}{}:
@@ -317,7 +317,9 @@ func (e *Elector) campaign(ctx context.Context, wait, managed bool) (*leadership
 	if ctx.Err() != nil {
 		return nil, errors.Join(tenure.ErrCanceled, ctx.Err())
 	}
-	busy := fmt.Errorf("%w: another campaign of this elector is in progress on %q", tenure.ErrLocked, e.cfg.Key)
+	busy := func() error {
+		return fmt.Errorf("%w: another campaign of this elector is in progress on %q", tenure.ErrLocked, e.cfg.Key)
+	}
 	if err := e.acquire(ctx, e.campaignSem, wait, busy); err != nil {
 		return nil, err
 	}
