@@ -26,6 +26,14 @@ func newGUID() (string, error) {
 }
 
 // ensureParents creates key and its missing ancestors as container nodes.
+//
+// A create that fails for another reason than the node's existence is
+// forgiven when the node exists: the server checks the create permission
+// on the parent before it looks for the node, so an ancestor that an
+// administrator made under a node only the administrator may write to
+// ("/apps" closed, "/apps/billing" open to the service) answers NoAuth,
+// not NodeExists. (Curator's mkdirs asks whether each node exists first;
+// this costs that round trip only when a create fails.)
 func (s *session) ensureParents(ctx context.Context, key string) error {
 	parts := strings.Split(key[1:], "/")
 	p := ""
@@ -34,9 +42,13 @@ func (s *session) ensureParents(ctx context.Context, key string) error {
 		_, err := call(ctx, s.b, func() (string, error) {
 			return s.b.conn.CreateContainer(p, nil, zk.FlagContainer, s.b.acl)
 		}, nil)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return translate("create "+p, err)
+		if err == nil || errors.Is(err, zk.ErrNodeExists) {
+			continue
 		}
+		if _, ok, serr := s.stat(ctx, p); serr == nil && ok {
+			continue
+		}
+		return translate("create "+p, err)
 	}
 	return nil
 }

@@ -164,6 +164,66 @@ func TestSecurity_ZKDigestACLKeepsOthersOut(t *testing.T) {
 	}
 }
 
+// TestSecurity_ZKKeyUnderAParentTheServiceMayNotWrite: an administrator
+// made the key's ancestors, the top one writable by the administrator only
+// and the service's own one by the service ("/apps" closed, "/apps/billing"
+// open to billing). The server checks the create permission on the parent
+// before it looks for the node, so re-creating "/apps/billing" answers
+// NoAuth, not NodeExists: a campaign must take that for an ancestor that
+// exists, create the key's node, and lead.
+func TestSecurity_ZKKeyUnderAParentTheServiceMayNotWrite(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	const adminPassword = "admin-secret-1c9d"
+	top := fmt.Sprintf("/security-%d", secKeys.Add(1))
+	svc := top + "/billing"
+	key := svc + "/leader"
+	admin := rawConn(t, "admin", adminPassword)
+	if _, err := admin.Create(top, nil, 0, zk.DigestACL(zk.PermAll, "admin", adminPassword)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create(svc, nil, 0, zk.DigestACL(zk.PermAll, "billing", billingPassword)); err != nil {
+		t.Fatal(err)
+	}
+	// The premise: the service's create of its existing node is refused.
+	raw := rawConn(t, "billing", billingPassword)
+	if _, err := raw.Create(svc, nil, 0, zk.DigestACL(zk.PermAll, "billing", billingPassword)); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("billing's create of the existing %s = %v, want %v", svc, err, zk.ErrNoAuth)
+	}
+
+	e := newZKElector(t, dialWith(t, zkelect.WithDigestAuth("billing", billingPassword)), key, "billing-1")
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign under %s: %v", svc, err)
+	}
+	if !strings.HasPrefix(term.Entry, key+"/") || term.Token == 0 {
+		t.Fatalf("term %+v: want an entry under %s and a token", term, key)
+	}
+	children, _, err := raw.Children(key)
+	if err != nil || len(children) != 1 || key+"/"+children[0] != term.Entry {
+		t.Fatalf("children of %s = %v, %v; want only the leader's node", key, children, err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if children, _, err := raw.Children(key); err != nil || len(children) != 0 {
+		t.Fatalf("children of %s after Resign = %v, %v; want none", key, children, err)
+	}
+
+	// Where the service's node is missing too, the refusal stands: a clear
+	// error at once, no node left.
+	other := newZKElector(t, dialWith(t, zkelect.WithDigestAuth("billing", billingPassword)), top+"/reports/leader", "billing-2")
+	start := time.Now()
+	if _, err := other.Campaign(ctx); !errors.Is(err, tenure.ErrInvalidConfig) || !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("Campaign under the missing %s/reports = %v, want ErrInvalidConfig wrapping %v", top, err, zk.ErrNoAuth)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refused Campaign took %v: it retried a refusal", d)
+	}
+	if ok, _, err := admin.Exists(top + "/reports"); err != nil || ok {
+		t.Errorf("%s/reports exists = %v, %v; want it never made", top, ok, err)
+	}
+}
+
 func dialOpts(user, password string) []zkelect.Option {
 	if user == "" {
 		return nil
