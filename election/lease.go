@@ -167,6 +167,16 @@ func (l *lease) run() {
 				l.onLost()
 			}
 			l.log.Warn("session ended", zap.Error(err))
+			if errors.Is(err, tenure.ErrClosed) {
+				// Closed on this side (its backend is closing): the
+				// server still has the session's entries, and closing the
+				// session deletes them and lets the next candidate in. As
+				// a resignation does, wait for the elected work first.
+				select {
+				case <-l.idleCh():
+				case <-l.stopCh:
+				}
+			}
 			return
 		case <-l.stopCh:
 			if !l.clock.Now().Before(l.Deadline()) {

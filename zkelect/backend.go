@@ -229,6 +229,14 @@ func (b *Backend) awaitSession(ctx context.Context) (int64, error) {
 // Close closes the connection, which ends the ZooKeeper session and
 // deletes every ephemeral node under it, and waits for the backend's
 // goroutines. It is idempotent.
+//
+// Close the electors first. A session still open is ended first
+// (tenure.ErrClosed), and Close waits, for up to the session's TTL, until
+// its owner has closed it: an elector that leads cancels its term and
+// waits for its elected work, as on Resign, before its node goes and the
+// next candidate is elected. (Closing the connection at once would elect
+// the next candidate within milliseconds while the elector here went on
+// leading until its lease deadline.)
 func (b *Backend) Close() {
 	b.mu.Lock()
 	if b.closed {
@@ -238,7 +246,26 @@ func (b *Backend) Close() {
 	b.closed = true
 	close(b.changed)
 	b.changed = make(chan struct{})
+	open := make([]*session, 0, len(b.sessions))
+	for s := range b.sessions {
+		open = append(open, s)
+	}
 	b.mu.Unlock()
+	for _, s := range open {
+		s.end(fmt.Errorf("%w: zookeeper: the backend was closed with the session open", tenure.ErrClosed))
+	}
+	var wait time.Duration
+	for _, s := range open {
+		wait = max(wait, s.opts.TTL)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for _, s := range open {
+		select {
+		case <-s.closed:
+		case <-t.C:
+		}
+	}
 	if b.conn != nil {
 		b.conn.Close()
 	}

@@ -337,6 +337,11 @@ func (s *session) queue(ctx context.Context, t election.Ticket, read *[]string) 
 
 // lost explains why t's node is gone or not ours.
 func (s *session) lost(t election.Ticket) error {
+	if err := s.Err(); errors.Is(err, tenure.ErrClosed) {
+		// Ended on this side (its Backend is closing): the node is
+		// still the session's, for Close to delete.
+		return err
+	}
 	s.forget(t.Name)
 	if !s.alive() {
 		return s.expired(fmt.Errorf("node %s went with the session", t.Name))

@@ -31,7 +31,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	if err != nil {
 		return nil, translate("session", err)
 	}
-	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}, unsure: map[string]string{}}
+	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), closed: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}, unsure: map[string]string{}}
 	s.Init()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	var g election.Renewal
@@ -64,9 +64,11 @@ type session struct {
 	granted election.Renewal
 	election.SessionSignals
 
-	ctx      context.Context // ends at Close
-	stop     context.CancelFunc
-	loopDone chan struct{}
+	ctx       context.Context // ends at Close
+	stop      context.CancelFunc
+	loopDone  chan struct{}
+	closed    chan struct{} // closed when Close has returned
+	closeOnce sync.Once
 
 	mu     sync.Mutex
 	nodes  map[string]uint64          // path → czxid of the nodes this session created and holds
@@ -173,6 +175,7 @@ func (s *session) keepAlive() {
 func (s *session) Close(ctx context.Context) error {
 	s.stop()
 	<-s.loopDone
+	defer s.closeOnce.Do(func() { close(s.closed) })
 	defer s.end(tenure.ErrClosed)
 	s.mu.Lock()
 	left := make(map[string]uint64, len(s.nodes))

@@ -1,0 +1,117 @@
+package zkelect_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+var closeKeys atomic.Int64
+
+// TestClose_BackendClosedUnderALeader: Backend.Close while an elector on it
+// still leads (closed before its electors, say by defers in the wrong
+// order). Closing the connection ends the ZooKeeper session and deletes
+// the leader's node, and the next candidate is elected within
+// milliseconds: by then the leader's work must have been cancelled and
+// have returned, as on Resign, not run on until its lease deadline
+// (TTL − DeadlineMargin after its last renewal).
+func TestClose_BackendClosedUnderALeader(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	key := fmt.Sprintf("/close-%d/leader", closeKeys.Add(1))
+	const cleanUp = 100 * time.Millisecond // the work's own clean-up, under StopTimeout (TTL/10)
+
+	b1 := dial(t, server.Endpoints())
+	t.Cleanup(b1.Close)
+	e1, err := election.New(b1, election.Config{Key: key, Identity: "first", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elected := make(chan tenure.Term, 1)
+	demoted := make(chan error, 1)
+	var workEnd atomic.Int64
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- e1.Run(ctx, tenure.Callbacks{
+			OnElected: func(lctx context.Context, term tenure.Term) {
+				elected <- term
+				<-lctx.Done()
+				time.Sleep(cleanUp)
+				workEnd.Store(time.Now().UnixNano())
+			},
+			OnDemoted:  func(_ tenure.Term, reason error) { demoted <- reason },
+			OnHardStop: func(tenure.Term) { t.Error("OnHardStop ran: the work was not given its StopTimeout") },
+		})
+	}()
+	var term1 tenure.Term
+	select {
+	case term1 = <-elected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first candidate was not elected")
+	}
+
+	b2 := dial(t, server.Endpoints())
+	t.Cleanup(b2.Close)
+	e2 := newZKElector(t, b2, key, "second")
+	got := make(chan tenure.Term, 1)
+	var electedAt atomic.Int64
+	go func() {
+		tn, err := e2.Campaign(ctx)
+		electedAt.Store(time.Now().UnixNano())
+		if err != nil {
+			t.Errorf("second Campaign: %v", err)
+		}
+		got <- tn
+	}()
+	waitUntil(t, "the second candidate to queue", func() bool {
+		n, err := e2.Position(ctx)
+		return err == nil && n == 1
+	})
+
+	start := time.Now()
+	b1.Close()
+	closeTook := time.Since(start)
+	var term2 tenure.Term
+	select {
+	case term2 = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second candidate was not elected after the first's backend closed")
+	}
+	end, at := workEnd.Load(), electedAt.Load()
+	switch {
+	case end == 0:
+		t.Fatal("the first leader's work had not returned when the second was elected")
+	case at < end:
+		t.Fatalf("the second was elected %v before the first leader's work returned", time.Duration(end-at))
+	}
+	if term2.Token <= term1.Token {
+		t.Errorf("second token %d not above the first's %d", term2.Token, term1.Token)
+	}
+	// The handover waited for the work, not for the lease deadline.
+	if d := time.Duration(at - start.UnixNano()); d < cleanUp || d > ttl/2 {
+		t.Errorf("second elected %v after Close began; want between the work's clean-up (%v) and TTL/2 (%v)", d, cleanUp, ttl/2)
+	}
+	select {
+	case reason := <-demoted:
+		if !errors.Is(reason, tenure.ErrClosed) {
+			t.Errorf("OnDemoted reason = %v, want ErrClosed", reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("OnDemoted did not run")
+	}
+	select {
+	case err := <-runDone:
+		if !errors.Is(err, tenure.ErrClosed) {
+			t.Errorf("Run = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Run did not return after its backend closed")
+	}
+	t.Logf("Close took %v; second elected %v after Close began, %v after the first's work returned",
+		closeTook, time.Duration(at-start.UnixNano()), time.Duration(at-end))
+}
