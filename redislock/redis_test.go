@@ -746,3 +746,43 @@ func TestEntryOfEndedTermIsNotReused(t *testing.T) {
 		t.Fatalf("the lost ticket's WaitHead took the key again (EXISTS %d, %v)", n, err)
 	}
 }
+
+// TestCancelledTryTakesNothing: a try made with a context that has already
+// ended (WaitHead woken as its campaign is cancelled, Ahead from Position
+// with an expired context) returns the context's error and sends nothing:
+// no key taken, no token drawn, no waiting entry. (The calls to the
+// masters run on a context without the caller's cancellation, so that a
+// release given up on still lands: a try sent then would take the key for
+// nobody until the campaign's clean-up.)
+func TestCancelledTryTakesNothing(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	h := newTestHarness()
+	key := electiontest.Key(t)
+	b := h.newBackend(t)
+	s := openSession(t, ctx, b, election.SessionOptions{TTL: 2 * time.Second, RenewInterval: 600 * time.Millisecond})
+	tk, err := s.Enqueue(ctx, key, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Ahead(cctx, tk); !errors.Is(err, context.Canceled) {
+		t.Errorf("Ahead with an ended context = %v, want context.Canceled", err)
+	}
+	if _, err := s.WaitHead(cctx, tk); !errors.Is(err, context.Canceled) {
+		t.Errorf("WaitHead with an ended context = %v, want context.Canceled", err)
+	}
+	c := client(t, srv.Addr())
+	for _, k := range []string{key, key + ":fence", key + ":waiting"} {
+		if n, err := c.Exists(ctx, k).Result(); err != nil || n != 0 {
+			t.Errorf("%s exists (%d, %v) after tries with an ended context", k, n, err)
+		}
+	}
+	// The entry still campaigns as usual.
+	if tk, err = s.WaitHead(ctx, tk); err != nil || tk.Token != 1 {
+		t.Fatalf("WaitHead = %+v, %v; want the key with token 1", tk, err)
+	}
+	if err := s.Dequeue(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+}

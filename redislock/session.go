@@ -137,6 +137,11 @@ func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.D
 	if e.held {
 		return true, 0, false, nil
 	}
+	if err := ctx.Err(); err != nil {
+		// fanOut's calls do not end with ctx: a try sent now would take
+		// the key for nobody until the campaign's clean-up.
+		return false, 0, false, err
+	}
 	b := s.b
 	start := s.now()
 	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
