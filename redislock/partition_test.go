@@ -283,3 +283,63 @@ func TestTryCampaign_HeldOnAQuorumIsNoSplitVote(t *testing.T) {
 		t.Fatalf("TryCampaign ran %d scripts on the master that lost the key: it tried again after a try that was no split vote", ran)
 	}
 }
+
+// TestRedlock_LostKeyLeavesNoMinority: with two masters (quorum 2), one
+// loses the holder's key (a restart without persistence). The watchdog
+// round that finds the loss has just extended the key on the other master;
+// that copy must go with the loss, or nobody can take the lock until it
+// expires, a full TTL later.
+func TestRedlock_LostKeyLeavesNoMinority(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	_, clients := startMasters(t, 2)
+	b, err := redislock.New(clients, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "lost-minority"
+	opts := election.SessionOptions{TTL: 3 * time.Second, RenewInterval: 300 * time.Millisecond}
+	sa := openSession(t, ctx, b, opts)
+	ta, err := sa.Enqueue(ctx, key, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ta, err = sa.WaitHead(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := clients[1].Del(ctx, key).Result(); err != nil || n != 1 {
+		t.Fatalf("DEL on master 1 = %d, %v", n, err)
+	}
+	deleted := time.Now()
+	if err := sa.WatchLoss(ctx, ta); !errors.Is(err, tenure.ErrOwnershipLost) {
+		t.Fatalf("WatchLoss = %v, want ErrOwnershipLost", err)
+	}
+	found := time.Now()
+	// The key goes from master 0 at once, not a TTL (3 s) after the round
+	// that extended it.
+	for {
+		n, err := clients[0].Exists(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if d := time.Since(found); d > opts.TTL/3 {
+			pttl, _ := clients[0].PTTL(ctx, key).Result()
+			t.Fatalf("the lost key is still on master 0 %v after the loss was found (PTTL %v)", d, pttl)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	gone := time.Since(found)
+	// Another candidate takes the lock at once.
+	sb := openSession(t, ctx, b, opts)
+	tb, err := sb.Enqueue(ctx, key, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := sb.Ahead(ctx, tb); err != nil || n != 0 {
+		t.Fatalf("b's try after a's loss = %d, %v; want the key (0)", n, err)
+	}
+	t.Logf("loss found %v after the DEL; the key left master 0 within %v of it; b holds %v after it",
+		found.Sub(deleted), gone, time.Since(found))
+}

@@ -581,7 +581,13 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 		// again at once), so that the next campaign gets a new entry; a
 		// campaign that still holds this one fails (acquire) instead of
 		// taking the key again. Dequeue of the lost ticket then finds
-		// nothing to delete, as none of it is ours.
+		// nothing, so the release is made here, after the loss is told:
+		// compare-and-delete on every master. The masters that still had
+		// the key as e's (ok of them) were just extended by this round,
+		// and would keep it a full TTL; with 2 masters, or 3 with one
+		// down, nobody could take the lock meanwhile. A try of e's whose
+		// reply was lost may still land: the release leaves e's
+		// tombstone too (best effort).
 		e.held, e.removed = false, true
 		s.mu.Lock()
 		if s.entries[e.t.Name] == e {
@@ -590,9 +596,7 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 		s.mu.Unlock()
 		e.lostErr = err
 		close(e.lost)
-		if e.unsure {
-			// A try of e's whose reply was lost may still land: leave its
-			// tombstone (best effort; Dequeue will not find the entry).
+		if ok > 0 || e.unsure {
 			_ = s.releaseLocked(ctx, e, finalRelease)
 		}
 		return err
