@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 )
@@ -114,4 +116,47 @@ func TestClose_BackendClosedUnderALeader(t *testing.T) {
 	}
 	t.Logf("Close took %v; second elected %v after Close began, %v after the first's work returned",
 		closeTook, time.Duration(at-start.UnixNano()), time.Duration(at-end))
+}
+
+// TestClose_DuringAnEnqueueLeavesNoNode: a session closes while one of its
+// Enqueues has a create in flight (held up on the wire). Close lists the
+// session's nodes before the create returns; the node it makes must still
+// go, not stay under the live ZooKeeper session, where it would block the
+// queue for as long as the connection lives.
+func TestClose_DuringAnEnqueueLeavesNoNode(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	n := closeKeys.Add(1)
+	key := fmt.Sprintf("/close-%d/leader", n)
+	admin := rawConn(t, "", "")
+	for _, p := range []string{fmt.Sprintf("/close-%d", n), key} {
+		if _, err := admin.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, _, s := sessionBehindProxy(t, ctx)
+	p.Delay(300 * time.Millisecond)
+	enq := enqueue(ctx, s, key)
+	time.Sleep(100 * time.Millisecond) // the create is on the wire
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	p.Delay(0)
+	r := <-enq
+	if !errors.Is(r.err, tenure.ErrClosed) {
+		t.Errorf("Enqueue across Close = %+v, %v; want ErrClosed", r.t, r.err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		children, _, err := admin.Children(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(children) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has %v 5 s after the Enqueue returned, with the Backend open", key, children)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -256,6 +256,15 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 			return election.Ticket{}, s.expired(fmt.Errorf("node %s not owned by the session", p))
 		}
 		s.mu.Lock()
+		if s.ctx.Err() != nil {
+			// Close began while the create was in flight: it has taken
+			// (or will take, under s.mu) its list of nodes to delete
+			// without this one, which would otherwise block the queue for
+			// as long as the ZooKeeper session lives.
+			s.mu.Unlock()
+			s.deleteLater(p)
+			return election.Ticket{}, fmt.Errorf("%w: zookeeper: the session closed while %s was being created", tenure.ErrClosed, p)
+		}
 		s.nodes[p] = uint64(czxid)
 		if ch != nil {
 			s.parked[p] = ch
