@@ -148,6 +148,16 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
+	// tenure writes only to stderr, and a write there must not kill it:
+	// with stderr piped into a reader that is gone (`tenure exec ... 2>&1
+	// | tee log`, tee killed by the same Ctrl-C), Go's runtime would end
+	// the process by SIGPIPE at the next log line, before it stops CMD
+	// and releases KEY (waiters would sit out the TTL). Caught, the write
+	// fails and is dropped. (Caught, not ignored: CMD, after exec, gets
+	// SIGPIPE's default again; an ignored one would stay ignored in it.)
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	// A signal while waiting for KEY cancels the campaign.
 	ctx, caught, unwatch := cancelOnSignal(sigs)
 	defer unwatch()

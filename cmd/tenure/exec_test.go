@@ -433,3 +433,57 @@ func TestExec_NohupSurvivesSIGHUP(t *testing.T) {
 		t.Fatalf("the command did not finish: %q", got)
 	}
 }
+
+// TestExec_StderrReaderGoneDoesNotKillTenure: tenure's stderr is a pipe
+// whose reader is gone (`tenure exec ... 2>&1 | tee log`, tee killed by
+// the same Ctrl-C). A signal makes tenure stop CMD and log it: the log
+// line must not kill tenure by SIGPIPE before it releases KEY. It exits
+// with CMD's status, and the waiter starts at once, not after the TTL.
+// CMD gets SIGPIPE's default disposition, not an ignored one.
+func TestExec_StderrReaderGoneDoesNotKillTenure(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := tenureCmd(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--",
+		"sh", "-c", `exec 2>/dev/null; grep '^SigIgn' /proc/$$/status > `+path(dir, "a-sigign")+`; trap 'exit 7' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do sleep 0.01; done`)...)
+	a.Stderr = w
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { _ = a.Process.Kill() })
+	pidIn(t, path(dir, "a-pid"))
+	r.Close() // the reader goes
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
+	sent := time.Now()
+	if err := a.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitWithin(t, a, 5*time.Second, "the holder"); code != 7 {
+		t.Fatalf("holder exited %d (%v), want CMD's 7", code, a.ProcessState)
+	}
+	took := nanos(t, waitFile(t, path(dir, "b-start"), 9*time.Second)).Sub(sent)
+	t.Logf("SIGTERM to a holder whose stderr reader is gone → next command started in %v (TTL 10s)", took)
+	if took > 5*time.Second {
+		t.Fatalf("handover took %v: the holder did not release", took)
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("waiter exited %d; stderr: %s", code, b.stderr)
+	}
+	// SigIgn is a hex mask; SIGPIPE is signal 13, bit 12.
+	ign := strings.Fields(waitFile(t, path(dir, "a-sigign"), time.Second))
+	if len(ign) != 2 {
+		t.Fatalf("SigIgn line %q", ign)
+	}
+	mask, err := strconv.ParseUint(ign[1], 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mask&(1<<(13-1)) != 0 {
+		t.Errorf("CMD runs with SIGPIPE ignored (SigIgn %s)", ign[1])
+	}
+}
