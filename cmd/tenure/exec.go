@@ -349,6 +349,27 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		fmt.Fprintf(stderr, "tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
 		guardDone = func() {}
 	}
+	// Orphans of CMD's processes that have exited are reaped as they go
+	// (see reapOrphans), until supervise returns.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	stopReaping, reaperDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(reaperDone)
+		for {
+			select {
+			case <-chld:
+				reapOrphans(cmd.Process.Pid)
+			case <-stopReaping:
+				return
+			}
+		}
+	}()
+	defer func() {
+		signal.Stop(chld)
+		close(stopReaping)
+		<-reaperDone
+	}()
 	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, s) }
 	signalled := false
 

@@ -487,3 +487,41 @@ func TestExec_StderrReaderGoneDoesNotKillTenure(t *testing.T) {
 		t.Errorf("CMD runs with SIGPIPE ignored (SigIgn %s)", ign[1])
 	}
 }
+
+// TestExec_OrphansOfCMDAreReapedWhileItRuns: tenure is the subreaper of
+// what CMD starts, so a process orphaned by CMD's processes (a shell's
+// `(job &)`) becomes tenure's child. When it exits, tenure must reap it
+// while CMD still runs, not leave a zombie per orphan until CMD exits.
+func TestExec_OrphansOfCMDAreReapedWhileItRuns(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	// Five orphans that exit after 50 ms, and one that lives on (it shows
+	// that orphans do become tenure's children); half a second later CMD
+	// counts the sleeps whose parent is tenure ($PPID), and the zombies
+	// among them.
+	script := `for i in 1 2 3 4 5; do (sleep 0.05 &); done; (sleep 3 &); sleep 0.5
+z=0; o=0
+for s in /proc/[0-9]*/stat; do
+  read -r line < "$s" 2>/dev/null || continue
+  set -- $line
+  [ "$4" = "$PPID" ] || continue
+  [ "$2" = "(sleep)" ] || continue
+  o=$((o+1)); [ "$3" = Z ] && z=$((z+1))
+done
+echo "$z $o" > ` + path(dir, "count")
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--", "sh", "-c", script)...)
+	if code := a.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("tenure exited %d; stderr: %s", code, a.stderr)
+	}
+	var zombies, seen int
+	if _, err := fmt.Sscan(waitFile(t, path(dir, "count"), time.Second), &zombies, &seen); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d zombie(s) among the %d orphan(s) under tenure, half a second after five of them exited", zombies, seen)
+	if zombies != 0 {
+		t.Fatalf("%d orphan(s) of CMD left as zombies under tenure while CMD ran", zombies)
+	}
+	if seen != 1 {
+		t.Fatalf("%d orphan(s) under tenure, want the one still running: orphans are not reparented to tenure", seen)
+	}
+}
