@@ -113,14 +113,23 @@ func (l *lease) stop() {
 	<-l.done
 }
 
+// logAsync makes a log call on a goroutine of its own. The monitor's
+// work (the deadline, the session's end, releasing l.mu) must not wait for
+// the logger: a sink that blocks (tenure exec's stderr, piped into a
+// reader that stalled) would otherwise keep a cut-off leader's work
+// running past its deadline, into its successor's term.
+func (l *lease) logAsync(f func(*zap.Logger)) { go f(l.log) }
+
 func (l *lease) apply(r Renewal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r.Err != nil {
 		l.onFail()
 		if !l.suspended {
-			l.log.Warn("lease renewal failed; suspended until the deadline", zap.Error(r.Err),
-				zap.Duration("remaining", l.deadline.Sub(l.clock.Now())))
+			remaining := l.deadline.Sub(l.clock.Now())
+			l.logAsync(func(log *zap.Logger) {
+				log.Warn("lease renewal failed; suspended until the deadline", zap.Error(r.Err), zap.Duration("remaining", remaining))
+			})
 		}
 		l.suspended = true
 		return
@@ -129,7 +138,7 @@ func (l *lease) apply(r Renewal) {
 		l.deadline = d
 	}
 	if l.suspended {
-		l.log.Info("lease renewal acknowledged again; no longer suspended")
+		l.logAsync(func(log *zap.Logger) { log.Info("lease renewal acknowledged again; no longer suspended") })
 	}
 	l.suspended = false
 }
@@ -166,7 +175,7 @@ func (l *lease) run() {
 			if !errors.Is(err, tenure.ErrClosed) {
 				l.onLost()
 			}
-			l.log.Warn("session ended", zap.Error(err))
+			l.logAsync(func(log *zap.Logger) { log.Warn("session ended", zap.Error(err)) })
 			if errors.Is(err, tenure.ErrClosed) {
 				// Closed on this side (its backend is closing): the
 				// server still has the session's entries, and closing the
@@ -199,7 +208,9 @@ func (l *lease) run() {
 func (l *lease) expire() {
 	l.cancel(tenure.ErrLeaseExpired)
 	l.onLost()
-	l.log.Warn("lease deadline passed without an acknowledged renewal; session abandoned")
+	l.logAsync(func(log *zap.Logger) {
+		log.Warn("lease deadline passed without an acknowledged renewal; session abandoned")
+	})
 	// Do not release the entries before the server itself could expire
 	// the lease (the deadline is DeadlineMargin early), nor while elected
 	// work still runs: the link may be back, and a revoke now would elect
@@ -218,6 +229,8 @@ func (l *lease) closeSession() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.closeT)
 	defer cancel()
 	if err := l.sess.Close(ctx); err != nil {
-		l.log.Debug("closing session failed; the server expires it after its TTL", zap.Error(err))
+		l.logAsync(func(log *zap.Logger) {
+			log.Debug("closing session failed; the server expires it after its TTL", zap.Error(err))
+		})
 	}
 }

@@ -1,0 +1,85 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// stallingSink discards what is written until stall is called; from then
+// on every write blocks until unstall, as a pipe whose reader stalled.
+type stallingSink struct {
+	mu      sync.Mutex
+	stalled chan struct{} // non-nil while stalled; closed by unstall
+}
+
+func (s *stallingSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	ch := s.stalled
+	s.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+	return len(p), nil
+}
+
+func (s *stallingSink) Sync() error { return nil }
+
+func (s *stallingSink) stall() {
+	s.mu.Lock()
+	s.stalled = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *stallingSink) unstall() {
+	s.mu.Lock()
+	if s.stalled != nil {
+		close(s.stalled)
+		s.stalled = nil
+	}
+	s.mu.Unlock()
+}
+
+// TestLease_StalledLoggerDoesNotHoldUpTheDeadline: a leader is cut off
+// while its logger's sink blocks on every write (tenure exec's stderr,
+// piped into a reader that stalled). The lease logs that a renewal failed,
+// and then that the deadline passed: neither line can be written, and
+// neither may keep the term from ending at its deadline, before the server
+// could expire the session.
+func TestLease_StalledLoggerDoesNotHoldUpTheDeadline(t *testing.T) {
+	srv, key, ctx := setup(t)
+	sink := &stallingSink{}
+	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), sink, zap.DebugLevel))
+	const ttl = 2 * time.Second
+	c := srv.Client()
+	e, err := election.New(c, election.Config{Key: key, Identity: "a", TTL: ttl}, election.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	t.Cleanup(sink.unstall) // before the elector closes (Cleanups run last first)
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sink.stall()
+	cut := time.Now()
+	heal := c.CutOff()
+	defer heal()
+	select {
+	case <-e.Done():
+	case <-time.After(ttl):
+		t.Fatalf("the term had not ended %v after the cut (TTL %v): the lease waited for its logger", ttl, ttl)
+	}
+	if err := e.Err(); !errors.Is(err, tenure.ErrLeaseExpired) {
+		t.Fatalf("term ended with %v, want ErrLeaseExpired", err)
+	}
+	t.Logf("term ended %v after the cut, its logger stalled (TTL %v, margin TTL/5)", time.Since(cut), ttl)
+}
