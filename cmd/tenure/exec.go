@@ -377,15 +377,19 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// server can expire the lease; or SIGKILL at once when the lease or
 	// the key is already gone.
 	var killAt time.Time
+	var killTimer *time.Timer
 	lostLead := false
 	onLost := func() {
 		lostLead = true
 		reason := e.Err()
 		if errors.Is(reason, tenure.ErrLeaseExpired) && f.grace > 0 {
 			// The server cannot have expired the lease yet: SIGTERM now,
-			// SIGKILL after grace, both inside the margin.
+			// SIGKILL after grace, both inside the margin. The SIGKILL is
+			// armed before anything is written: a stderr that blocks (its
+			// reader stalled) must not hold it up.
 			signalGroup(syscall.SIGTERM)
 			killAt = time.Now().Add(f.grace)
+			killTimer = time.AfterFunc(f.grace, func() { signalGroup(syscall.SIGKILL) })
 		} else {
 			// The lease or the key is already gone: another holder may
 			// be running. Stop at once.
@@ -415,12 +419,14 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			}
 			return by
 		})
+		if killTimer != nil {
+			killTimer.Stop() // the group is gone: its id may be reused
+		}
 		guardDone()
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
-	var kill <-chan time.Time
 	for {
 		select {
 		case err := <-waited:
@@ -443,12 +449,6 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		case <-lost:
 			lost = nil
 			onLost()
-			if d := time.Until(killAt); d > 0 {
-				kill = time.After(d)
-			}
-		case <-kill:
-			kill = nil
-			signalGroup(syscall.SIGKILL)
 		}
 	}
 }

@@ -525,3 +525,63 @@ echo "$z $o" > ` + path(dir, "count")
 		t.Fatalf("%d orphan(s) under tenure, want the one still running: orphans are not reparented to tenure", seen)
 	}
 }
+
+// TestExec_CutOffWithStderrBlockedStillKillsByTheDeadline: a cut-off
+// holder whose stderr blocks (a pipe whose reader has stalled, full) must
+// still SIGKILL a CMD that ignores SIGTERM --grace after the lease
+// deadline, before the server can expire the lease and the successor
+// starts: the message saying leadership was lost, which cannot be written,
+// must not hold the SIGKILL up. Once the reader is gone, tenure exits 4.
+func TestExec_CutOffWithStderrBlockedStillKillsByTheDeadline(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	proxy, err := faultproxy.New(v.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	alive := path(dir, "alive")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	a := tenureCmd(append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "3s", "--grace", "300ms", "--",
+		"sh", "-c", `exec 2>/dev/null; trap '' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`)...)
+	a.Stderr = w
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Process.Kill() })
+	pidIn(t, path(dir, "a-pid"))
+	// Fill the pipe: from now on every write to tenure's stderr blocks.
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "3s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
+	cut := time.Now()
+	proxy.Blackhole()
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
+	time.Sleep(100 * time.Millisecond) // a command still running would stamp again
+	lastAlive := nanos(t, waitFile(t, alive, time.Second))
+	t.Logf("cut off with stderr blocked (--grace 300ms): the command's last sign of life %v after the cut, successor started %v after (%v later)",
+		lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
+	if !lastAlive.Before(bStart) {
+		t.Fatalf("the cut-off holder's command was alive %v after the successor started", lastAlive.Sub(bStart))
+	}
+	r.Close() // the reader goes: the blocked writes fail
+	w.Close()
+	if code := exitWithin(t, a, 5*time.Second, "the cut-off holder"); code != exitLostLead {
+		t.Fatalf("cut-off holder exited %d, want %d", code, exitLostLead)
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
+}
