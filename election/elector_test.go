@@ -620,3 +620,35 @@ func TestCampaign_FailedDeleteOfAnEndedTermsEntryIsCleanedUp(t *testing.T) {
 		t.Fatalf("the elector's last campaign: term %d, %v; want one above %d", term.Token, err, last)
 	}
 }
+
+// TestRun_CloseWhileWaitingToRetryReturnsAtOnce: Run's campaigns fail (the
+// backend is unreachable) and Run waits RetryInterval between them. Close
+// must end that wait: Run returns ErrClosed at once, not after the pause.
+func TestRun_CloseWhileWaitingToRetryReturnsAtOnce(t *testing.T) {
+	srv, key, ctx := setup(t)
+	c := srv.Client()
+	c.Crash()
+	const pause = 10 * time.Second
+	e, err := election.New(c, election.Config{Key: key, Identity: "a", TTL: 2 * time.Second, RetryInterval: pause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- e.Run(ctx, tenure.Callbacks{}) }()
+	time.Sleep(200 * time.Millisecond) // the first campaign has failed; Run waits to retry
+	start := time.Now()
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-runDone:
+		if !errors.Is(err, tenure.ErrClosed) {
+			t.Errorf("Run = %v, want ErrClosed", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("Run returned %v after Close (RetryInterval %v)", d, pause)
+		}
+	case <-time.After(pause + 5*time.Second):
+		t.Fatal("Run did not return after Close")
+	}
+}

@@ -65,7 +65,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan tenure.Leader {
 				return
 			}
 			e.log.Debug("observe failed; retrying", zap.Error(err))
-			if !sleepCtx(ctx, e.cfg.RetryInterval) {
+			if !sleepCtx(ctx, e.cfg.RetryInterval, nil) {
 				return
 			}
 		}

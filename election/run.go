@@ -60,7 +60,10 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 			return err
 		default:
 			e.log.Debug("campaign failed; retrying", zap.Error(err), zap.Duration("retry_in", e.cfg.RetryInterval))
-			if !sleepCtx(ctx, e.cfg.RetryInterval) {
+			if !sleepCtx(ctx, e.cfg.RetryInterval, e.ctx.Done()) {
+				if ctx.Err() == nil {
+					return tenure.ErrClosed // Close, while Run waited to retry
+				}
 				return errors.Join(tenure.ErrCanceled, ctx.Err())
 			}
 			continue
@@ -169,13 +172,17 @@ func (e *Elector) safely(name string, f func()) (err error) {
 	return nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// sleepCtx waits d. It returns false, sooner, when ctx ends or also (when
+// not nil) is closed.
+func sleepCtx(ctx context.Context, d time.Duration, also <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
+		return false
+	case <-also: // nil: never
 		return false
 	}
 }
