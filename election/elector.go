@@ -170,24 +170,24 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		e.stopLeaseLocked(l)
+		e.stopLeaseLocked(l, tenure.ErrClosed)
 		return nil, tenure.ErrClosed
 	}
 	e.lease = l
 	return l, nil
 }
 
-// stopLeaseLocked stops l in the background: closing a session may take up
-// to CleanupTimeout (a revoke on a dead link), and nothing should wait for
-// that but Close, which waits for e.wg. e.mu must be held.
-func (e *Elector) stopLeaseLocked(l *lease) {
+// stopLeaseLocked stops l with cause in the background: closing a session
+// may take up to CleanupTimeout (a revoke on a dead link), and nothing
+// should wait for that but Close, which waits for e.wg. e.mu must be held.
+func (e *Elector) stopLeaseLocked(l *lease, cause error) {
 	if e.lease == l {
 		e.lease = nil
 	}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		l.stop()
+		l.stop(cause)
 	}()
 }
 
@@ -203,9 +203,17 @@ func (e *Elector) retireLeaseLocked(l *lease) {
 	go func() {
 		defer e.wg.Done()
 		<-l.idleCh()
-		l.stop()
+		l.stop(errLeaseRetired)
 	}()
 }
+
+// errLeaseRetired ends a lease retired for having looked expired (its
+// deadline passed, or its session ended), should it not have ended yet.
+var errLeaseRetired = fmt.Errorf("%w: lease retired: its deadline passed or its session ended", tenure.ErrLeaseExpired)
+
+// errSessionGivenUp ends a lease given up after one of its entries could
+// not be deleted: not a Close, so Run campaigns again on a new session.
+var errSessionGivenUp = fmt.Errorf("%w: session given up: an entry could not be deleted", tenure.ErrSessionExpired)
 
 // acquire takes sem, one of the elector's one-at-a-time slots, waiting
 // until ctx ends or the elector closes; with wait false it does not wait,
@@ -264,7 +272,7 @@ func (e *Elector) waitClosed(ctx context.Context, ch <-chan struct{}) error {
 func (e *Elector) giveUp(l *lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.stopLeaseLocked(l)
+	e.stopLeaseLocked(l, errSessionGivenUp)
 }
 
 // ctxErr turns a failure that happened because ctx ended into
@@ -767,7 +775,7 @@ func (e *Elector) Close(ctx context.Context) error {
 	err := e.release(ctx, tenure.ErrClosed)
 	e.mu.Lock()
 	if e.lease != nil {
-		e.stopLeaseLocked(e.lease)
+		e.stopLeaseLocked(e.lease, tenure.ErrClosed)
 	}
 	e.mu.Unlock()
 	e.wg.Wait()

@@ -652,3 +652,70 @@ func TestRun_CloseWhileWaitingToRetryReturnsAtOnce(t *testing.T) {
 		t.Fatal("Run did not return after Close")
 	}
 }
+
+// TestRun_SessionGivenUpIsNotAClose: Run's term ends (its entry deleted by
+// someone else), Run campaigns again on the same session behind another
+// leader, and a Resign from another goroutine fails to delete the ended
+// term's entry (the link is down), so the elector gives the session up.
+// That is no Close: Run must campaign again on a new session, not return
+// ErrClosed for good.
+func TestRun_SessionGivenUpIsNotAClose(t *testing.T) {
+	srv, key, ctx := setup(t)
+	const ttl = 2 * time.Second
+	a, ac := newElector(t, srv, key, "a", ttl)
+	b, _ := newElector(t, srv, key, "b", ttl)
+	elected := make(chan tenure.Term, 4)
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(ctx, tenure.Callbacks{OnElected: func(lctx context.Context, term tenure.Term) {
+			elected <- term
+			<-lctx.Done()
+		}})
+	}()
+	var t1 tenure.Term
+	select {
+	case t1 = <-elected:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a not elected")
+	}
+	bTerm := make(chan tenure.Term, 1)
+	go func() {
+		tn, err := b.Campaign(ctx)
+		if err != nil {
+			t.Errorf("b: %v", err)
+		}
+		bTerm <- tn
+	}()
+	electiontest.WaitFor(t, 5*time.Second, "b to queue", func() bool { return srv.Entries(key) == 2 })
+	if !srv.DeleteEntry(key, t1.Token) {
+		t.Fatal("could not delete a's entry")
+	}
+	tb := <-bTerm
+	electiontest.WaitFor(t, 5*time.Second, "a to queue again behind b", func() bool { return srv.Entries(key) == 2 })
+	heal := ac.CutOff()
+	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err := a.Resign(rctx)
+	cancel()
+	heal()
+	if err == nil {
+		t.Fatal("Resign with the link down succeeded; the test needs it to fail")
+	}
+	select {
+	case err := <-runDone:
+		t.Fatalf("Run returned %v after a failed Resign gave its session up; it must campaign again", err)
+	case <-time.After(time.Second):
+	}
+	if err := b.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case t2 := <-elected:
+		if t2.Token <= tb.Token {
+			t.Errorf("a's new token %d not above b's %d", t2.Token, tb.Token)
+		}
+	case err := <-runDone:
+		t.Fatalf("Run returned %v instead of leading again", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a not elected again after b resigned")
+	}
+}

@@ -36,6 +36,7 @@ type lease struct {
 	deadline  time.Time
 	suspended bool
 	stopOnce  sync.Once
+	stopCause error         // why stop was asked for; set before stopCh closes
 	holds     int           // elected work running under this lease
 	idle      chan struct{} // closed while holds == 0
 }
@@ -106,10 +107,14 @@ func (l *lease) idleCh() <-chan struct{} {
 	return l.idle
 }
 
-// stop ends the lease (cause tenure.ErrClosed unless it already ended),
-// closes the session and waits for the monitor to exit.
-func (l *lease) stop() {
-	l.stopOnce.Do(func() { close(l.stopCh) })
+// stop ends the lease with cause (unless it already ended; tenure.ErrClosed
+// when the elector closes), closes the session once no elected work holds
+// it, and waits for the monitor to exit.
+func (l *lease) stop(cause error) {
+	l.stopOnce.Do(func() {
+		l.stopCause = cause
+		close(l.stopCh)
+	})
 	<-l.done
 }
 
@@ -195,7 +200,11 @@ func (l *lease) run() {
 				l.expire()
 				return
 			}
-			l.cancel(tenure.ErrClosed)
+			l.cancel(l.stopCause)
+			// Closing the session releases its entries: not while elected
+			// work of a term of it still runs (a lease given up after a
+			// failed delete may carry a newer term).
+			<-l.idleCh()
 			return
 		}
 	}
