@@ -206,6 +206,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if err := s.ended(); err != nil {
+			return err
+		}
 		if ow == nil {
 			var err error
 			if ow, err = s.ownWatch(ctx, t.Name); err != nil {
@@ -372,6 +375,9 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 	for {
 		if ctx.Err() != nil { // resigned before the watcher got here
 			return ctx.Err()
+		}
+		if err := s.ended(); err != nil {
+			return err
 		}
 		w, err := s.ownWatch(ctx, t.Name)
 		if err != nil {

@@ -117,6 +117,20 @@ func (s *session) keepAlive() {
 	}
 }
 
+// ended returns why the session ended once Close or abandon has begun, and
+// nil before: the watches on its entries run on its context, so a wait
+// that went on would retry a watch that can no longer start, until its
+// caller's context ended.
+func (s *session) ended() error {
+	if s.ctx.Err() == nil {
+		return nil
+	}
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: etcd session %x is closing", tenure.ErrClosed, int64(s.id))
+}
+
 // Close stops renewals and revokes the lease, deleting its entries.
 func (s *session) Close(ctx context.Context) error {
 	s.stop()

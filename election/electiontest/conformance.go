@@ -114,6 +114,7 @@ func Run(t *testing.T, h Harness) {
 		{"HardStopHoldsLeadership", testHardStop},
 		{"ObserveSeesVacancyAndLeaders", testObserve},
 		{"CloseReleases", testCloseReleases},
+		{"SessionCloseEndsItsWaits", testSessionCloseEndsWaits},
 		{"CloseDuringRunWaitsForWork", testCloseDuringRun},
 		{"CloseEndsRunCutOffBeforeItsSession", testCloseDuringOutage},
 		{"CutOffHealedAtDeadlineNoOverlap", testHealAtDeadline},
@@ -1440,4 +1441,85 @@ func testDeletedEntry(t *testing.T, h Harness) {
 	}
 	t.Logf("term %d demoted %v after its entry was deleted; term %d elected and held",
 		first.term.Token, lostAfter.Round(time.Millisecond), second.term.Token)
+}
+
+// testSessionCloseEndsWaits: a WaitHead and a WatchLoss in progress on
+// a session, and ones called after it closed, return at once with why
+// (the session's end, or the entry gone with it), not when their context
+// ends: a caller that waits on them with a long-lived context (Run's)
+// would otherwise wait for good.
+func testSessionCloseEndsWaits(t *testing.T, h Harness) {
+	ctx := ctxT(t, 10*h.TTL)
+	key, held := Key(t), Key(t)+"-held"
+	open := func(b election.Backend) election.Session {
+		s, err := b.OpenSession(ctx, election.SessionOptions{TTL: h.TTL, RenewInterval: h.TTL / 3, Now: time.Now})
+		if err != nil {
+			t.Fatalf("OpenSession: %v", err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		return s
+	}
+	other := open(h.NewBackend(t))
+	oh, err := other.Enqueue(ctx, key, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.WaitHead(ctx, oh); err != nil {
+		t.Fatalf("the other session's WaitHead: %v", err)
+	}
+	s := open(h.NewBackend(t))
+	waiting, err := s.Enqueue(ctx, key, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := s.Enqueue(ctx, held, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine, err = s.WaitHead(ctx, mine); err != nil {
+		t.Fatalf("WaitHead on a free key: %v", err)
+	}
+	ended := func(what string, err error) {
+		t.Helper()
+		switch {
+		case err == nil:
+			t.Errorf("%s after the session closed: nil error", what)
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			t.Errorf("%s returned only when its context ended: %v", what, err)
+		case !errors.Is(err, tenure.ErrClosed) && !errors.Is(err, tenure.ErrSessionExpired) && !errors.Is(err, tenure.ErrOwnershipLost):
+			t.Errorf("%s = %v, want ErrClosed, ErrSessionExpired or ErrOwnershipLost", what, err)
+		}
+	}
+	waitErr, lossErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := s.WaitHead(ctx, waiting)
+		waitErr <- err
+	}()
+	go func() { lossErr <- s.WatchLoss(ctx, mine) }()
+	time.Sleep(100 * time.Millisecond) // both are waiting
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	bound := h.TTL
+	for what, ch := range map[string]chan error{"WaitHead in progress": waitErr, "WatchLoss in progress": lossErr} {
+		select {
+		case err := <-ch:
+			ended(what, err)
+		case <-time.After(bound):
+			t.Errorf("%s had not returned %v after the session closed", what, bound)
+		}
+	}
+	for what, f := range map[string]func(context.Context) error{
+		"WaitHead called after Close":  func(ctx context.Context) error { _, err := s.WaitHead(ctx, waiting); return err },
+		"WatchLoss called after Close": func(ctx context.Context) error { return s.WatchLoss(ctx, mine) },
+	} {
+		cctx, cancel := context.WithTimeout(ctx, bound)
+		start := time.Now()
+		err := f(cctx)
+		cancel()
+		ended(what, err)
+		if d := time.Since(start); d >= bound {
+			t.Errorf("%s took %v", what, d)
+		}
+	}
 }
