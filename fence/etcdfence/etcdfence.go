@@ -1,12 +1,15 @@
 // Package etcdfence fences writes to etcd: a transaction that commits only
-// while the holder's key still exists with its create revision, that is,
-// while the holder still holds (no older key can appear, so a key that
-// still exists is still the oldest).
+// while the holder's key still exists with its create revision and is
+// still attached to the lease its name gives, that is, while the holder
+// still holds (no older key can appear, so such a key is still the oldest
+// entry).
 package etcdfence
 
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -26,16 +29,21 @@ type Fence struct {
 }
 
 // Txn commits ops atomically if term's entry still has term's create
-// revision, and returns a *fence.StaleError otherwise. term must come from
-// an etcd election (Term.Backend "etcd", Term.Entry set); any other term,
-// an advisory Redis term included, is refused with an error wrapping
-// tenure.ErrInvalidConfig.
+// revision and is still attached to the lease its name gives, and returns
+// a *fence.StaleError otherwise. (An entry someone put again without its
+// lease keeps its create revision, but is no contender any more: the
+// backend demotes its holder and the next candidate leads.) term must come
+// from an etcd election (Term.Backend "etcd", Term.Entry a key
+// "<key>/<lease ID in hex>"); any other term, an advisory Redis term
+// included, is refused with an error wrapping tenure.ErrInvalidConfig.
 func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	if term.Entry == "" || term.Token == 0 || term.Backend != "etcd" {
+	lease, ok := leaseOf(term.Entry)
+	if !ok || term.Token == 0 || term.Backend != "etcd" {
 		return nil, fmt.Errorf("%w: etcdfence: term %v is not an etcd holder's", tenure.ErrInvalidConfig, term)
 	}
 	resp, err := f.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(term.Entry), "=", int64(term.Token))).
+		If(clientv3.Compare(clientv3.CreateRevision(term.Entry), "=", int64(term.Token)),
+			clientv3.Compare(clientv3.LeaseValue(term.Entry), "=", lease)).
 		Then(ops...).
 		Commit()
 	if err != nil {
@@ -46,4 +54,23 @@ func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*
 		return resp, &fence.StaleError{Resource: term.Key, Token: term.Token}
 	}
 	return resp, nil
+}
+
+// leaseOf returns the lease ID an entry's name gives: its last path
+// element, in lower-case hex without leading zeros (as concurrency.Election
+// and tenure write it).
+func leaseOf(entry string) (clientv3.LeaseID, bool) {
+	i := strings.LastIndexByte(entry, '/')
+	if i <= 0 {
+		return 0, false
+	}
+	h := entry[i+1:]
+	if h == "" || len(h) > 16 || h[0] == '0' || strings.ToLower(h) != h {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(h, 16, 64)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return clientv3.LeaseID(n), true
 }
