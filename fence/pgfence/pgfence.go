@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -52,6 +53,19 @@ type txBeginner interface {
 // stricter: the transaction is set to READ COMMITTED, unless it is a
 // savepoint of a transaction the wrapper holds, which runs at that
 // transaction's level, as a pgx.Tx does.
+// rollbackTimeout bounds a rollback made after the caller's context ended.
+const rollbackTimeout = 5 * time.Second
+
+// rollback rolls tx back on a context that ctx's end does not stop, within
+// rollbackTimeout. On an ended context pgx sends nothing: a savepoint in
+// the caller's own transaction would stay, and its work, the fence row's
+// move included, would commit with the caller's transaction.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
+
 func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 	if b, ok := db.(txBeginner); ok {
 		return b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -65,7 +79,7 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 	}
 	var level string
 	if err := tx.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&level); err != nil {
-		_ = tx.Rollback(ctx)
+		rollback(ctx, tx)
 		return nil, err
 	}
 	if level == "read committed" {
@@ -125,7 +139,7 @@ func (f Fence) Setup(ctx context.Context, db Beginner) error {
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	defer rollback(ctx, tx) // after Commit it is a no-op
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('tenure pgfence ' || $1))`, t); err != nil {
 		return fmt.Errorf("pgfence: lock for creating %s: %w", t, err)
 	}
@@ -159,7 +173,7 @@ func (f Fence) Do(ctx context.Context, db Beginner, resource string, token uint6
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	defer rollback(ctx, tx) // after Commit it is a no-op
 	if _, err := tx.Exec(ctx, `INSERT INTO `+t+` (name, token) VALUES ($1, 0) ON CONFLICT (name) DO NOTHING`, resource); err != nil {
 		return fmt.Errorf("pgfence: %w", err)
 	}

@@ -394,3 +394,49 @@ func TestDo_BeginOnlyWrapperOfATxRunsAtItsLevel(t *testing.T) {
 		t.Fatalf("fence row = %d, %v; want 5", token, err)
 	}
 }
+
+// TestDo_WriteErrorAfterCancelRollsBackInTheCallersTransaction: Do runs in
+// the caller's transaction (a savepoint), and the write fails after the
+// context was cancelled. The savepoint must still be rolled back: a
+// rollback on the cancelled context is never sent, and the caller, who
+// commits its transaction on another context, would commit the fence
+// row's move and the failed write's partial work with it.
+func TestDo_WriteErrorAfterCancelRollsBackInTheCallersTransaction(t *testing.T) {
+	bg := context.Background()
+	db := pool(t)
+	dropAfter(t, db, "fence_cancel", "fence_cancel_data")
+	f := pgfence.Fence{Table: "fence_cancel"}
+	if err := f.Setup(bg, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(bg, `CREATE TABLE fence_cancel_data (v text)`); err != nil {
+		t.Fatal(err)
+	}
+	outer, err := db.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Rollback(bg) //nolint:errcheck // after Commit it is a no-op
+	ctx, cancel := context.WithCancel(bg)
+	boom := errors.New("boom")
+	err = f.Do(ctx, outer, "r", 9, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO fence_cancel_data VALUES ('partial')`); err != nil {
+			return err
+		}
+		cancel() // the caller gives up, and the write fails
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want the write's error", err)
+	}
+	if err := outer.Commit(bg); err != nil {
+		t.Fatalf("commit of the caller's transaction: %v", err)
+	}
+	var n int
+	if err := db.QueryRow(bg, `SELECT count(*) FROM fence_cancel_data`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d row(s) of the failed write committed (%v), want none", n, err)
+	}
+	if err := db.QueryRow(bg, `SELECT count(*) FROM fence_cancel WHERE token > 0`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the failed write's fence move committed (%d row(s), %v)", n, err)
+	}
+}
