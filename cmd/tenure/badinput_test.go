@@ -38,6 +38,7 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 		{"grace too long for ttl", []string{"exec", "--endpoints", endpoint, "--key", "k", "--ttl", "2s", "--grace", "5s", "--", "true"}, "--grace"},
 		{"no command", []string{"exec", "--endpoints", endpoint, "--key", "k"}, "no command"},
 		{"bad endpoint", []string{"exec", "--endpoints", "localhost", "--key", "k", "--", "true"}, "not HOST:PORT"},
+		{"zk endpoint with a scheme", []string{"exec", "--backend", "zk", "--endpoints", "http://" + zkEndpoint, "--key", "/k", "--", "true"}, "without a scheme"},
 		{"unreachable endpoint", []string{"exec", "--endpoints", "127.0.0.1:1", "--dial-timeout", "1s", "--key", "k", "--", "true"}, "cannot reach etcd"},
 		{"unknown flag", []string{"exec", "--bogus", "--key", "k", "--", "true"}, "flag provided but not defined"},
 		{"leader without key", []string{"leader", "--endpoints", endpoint}, "--key is required"},

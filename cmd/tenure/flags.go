@@ -140,8 +140,19 @@ func (c *common) validate() error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.endpointList(); err != nil {
+	eps, err := c.endpointList()
+	if err != nil {
 		return err
+	}
+	for _, ep := range eps {
+		switch {
+		case c.backend != "etcd" && strings.Contains(ep, "://"):
+			return fmt.Errorf("endpoint %q: %s endpoints are HOST:PORT, without a scheme", ep, c.backend)
+		case strings.HasPrefix(ep, "http://") && (c.sec.caCert != "" || c.sec.cert != ""):
+			// etcd's client takes http:// for plaintext and drops the
+			// TLS settings (credentials would then go in clear text).
+			return fmt.Errorf("endpoint %q is plaintext (http://) while --cacert or --cert ask for TLS: use https:// or HOST:PORT", ep)
+		}
 	}
 	if c.dialTimeout <= 0 {
 		return fmt.Errorf("--dial-timeout %v must be positive", c.dialTimeout)

@@ -255,3 +255,36 @@ func TestSecurity_CLIBadSecurityFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestSecurity_HTTPEndpointWithTLSFlagsIsRefused: etcd's client takes an
+// http:// endpoint for plaintext and drops the TLS settings, credentials
+// then going in clear text. With --cacert (or --cert) asking for TLS, such
+// an endpoint is refused up front (exit 2, the command never runs), for
+// exec and leader alike, and for any one of several endpoints.
+func TestSecurity_HTTPEndpointWithTLSFlagsIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testpki.NewCA(dir, "http-refused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := path(dir, "ran")
+	for _, args := range [][]string{
+		{"exec", "--endpoints", "http://" + endpoint, "--cacert", ca.CertFile, "--key", testKey(t), "--", "sh", "-c", "echo ran > " + ran},
+		{"leader", "--endpoints", "https://" + endpoint + ",http://" + endpoint, "--cacert", ca.CertFile, "--key", testKey(t)},
+	} {
+		p := tenureCmd(args...)
+		var stderr strings.Builder
+		p.Stderr = &stderr
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if code := exitWithin(t, p, 15*time.Second, "tenure "+args[0]); code != exitUsage {
+			t.Errorf("tenure %s with an http:// endpoint and --cacert exited %d, want 2; stderr: %s", args[0], code, stderr.String())
+		} else if !strings.Contains(stderr.String(), "plaintext (http://)") {
+			t.Errorf("tenure %s said %q, want that the endpoint is plaintext", args[0], stderr.String())
+		}
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the command ran over a plaintext connection")
+	}
+}
