@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -583,5 +584,40 @@ func TestExec_CutOffWithStderrBlockedStillKillsByTheDeadline(t *testing.T) {
 	}
 	if code := b.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
+}
+
+// TestExec_NestedCallDoesNotInheritTheMetricsSettings: the outer tenure
+// exec takes its metrics address and file from TENURE_METRICS_ADDR and
+// TENURE_METRICS_FILE. A tenure exec inside its command must not take
+// them too: it would fail to bind the outer one's address (exit 2, its
+// command never run) or write over its file.
+func TestExec_NestedCallDoesNotInheritTheMetricsSettings(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	metricsFile := path(dir, "outer.prom")
+	inner := os.Args[0] + " exec --endpoints " + v.endpoint + " --key " + key + "-inner -- sh -c 'echo $TENURE_METRICS_ADDR,$TENURE_METRICS_FILE > " + path(dir, "inner-env") + "' 2> " + path(dir, "inner-err") +
+		"; echo $? > " + path(dir, "inner-rc")
+	cmd := tenureCmd(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", inner)...)
+	cmd.Env = append(cmd.Env, "TENURE_METRICS_ADDR="+addr, "TENURE_METRICS_FILE="+metricsFile)
+	a := startCmd(t, cmd)
+	if rc := waitFile(t, path(dir, "inner-rc"), 10*time.Second); rc != "0" {
+		msg, _ := os.ReadFile(path(dir, "inner-err"))
+		t.Fatalf("the nested call exited %s, want 0; it said %q", rc, msg)
+	}
+	if got := waitFile(t, path(dir, "inner-env"), time.Second); got != "," {
+		t.Errorf("the nested command saw TENURE_METRICS_ADDR,TENURE_METRICS_FILE = %q, want neither", got)
+	}
+	if code := a.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("the outer call exited %d; stderr: %s", code, a.stderr)
+	}
+	if b, err := os.ReadFile(metricsFile); err != nil || !strings.Contains(string(b), "tenure_") {
+		t.Errorf("the outer call's metrics file: %v, %d bytes; want its metrics", err, len(b))
 	}
 }

@@ -143,17 +143,24 @@ func (s *security) zk() []zkelect.Option {
 }
 
 // childEnv is the environment CMD runs with: tenure's own, without the
-// backend password.
+// backend password and this tenure's metrics settings (notForTheChild).
 func childEnv() []string {
 	env := os.Environ()
 	out := env[:0:0]
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, passwordEnv+"=") {
+		name, _, _ := strings.Cut(kv, "=")
+		if !notForTheChild[name] {
 			out = append(out, kv)
 		}
 	}
 	return out
 }
+
+// notForTheChild are the variables of tenure's environment that CMD does
+// not get: the password, and what configures this tenure's own metrics (a
+// tenure exec inside CMD would bind the same address, and fail, or write
+// over the same file).
+var notForTheChild = map[string]bool{passwordEnv: true, "TENURE_METRICS_ADDR": true, "TENURE_METRICS_FILE": true}
 
 // etcdDialError explains why clientv3.New failed: refused credentials, or
 // no answer within the dial timeout (a plaintext client at a TLS-only
