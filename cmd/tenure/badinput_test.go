@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"os"
@@ -211,4 +212,35 @@ func TestHelp_GoesToStdout(t *testing.T) {
 			t.Errorf("tenure %s --help: exit %d, stdout %q, stderr %q; want 0, the usage on stdout, nothing on stderr", sub, code, out, errOut)
 		}
 	}
+}
+
+// TestLeader_WatchEndsWhenItsReaderIsGone: `tenure leader --watch | head
+// -1`: head exits after the first line. The watch must end then (exit 0),
+// not when the next change would have been printed, which may be days
+// away: here the key never changes again.
+func TestLeader_WatchEndsWhenItsReaderIsGone(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key := v.key(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tenureCmd(append(append([]string{"leader"}, v.flags("")...), "--key", key, "--watch")...)
+	p.Stdout = w
+	var stderr strings.Builder
+	p.Stderr = &stderr
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil || line != "vacant\n" {
+		t.Fatalf("first line %q, %v; want vacant", line, err)
+	}
+	r.Close() // the reader goes
+	start := time.Now()
+	if code := exitWithin(t, p, 5*time.Second, "tenure leader --watch"); code != exitOK {
+		t.Fatalf("exit %d, want 0; stderr: %s", code, stderr.String())
+	}
+	t.Logf("tenure leader --watch ended %v after its reader went", time.Since(start))
 }

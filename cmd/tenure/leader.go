@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tenure-go/tenure"
 )
 
@@ -82,29 +84,49 @@ Flags:
 		return exitUsage
 	}
 	defer closeBackend()
-	print := func(l tenure.Leader) {
+	print := func(l tenure.Leader) error {
 		if *asJSON {
 			out, _ := json.Marshal(leaderJSON{Key: c.key, Vacant: l.Vacant, Identity: l.Term.Identity, Term: l.Term.Token, Backend: b.Name()})
-			fmt.Fprintln(stdout, string(out))
-			return
+			_, err := fmt.Fprintln(stdout, string(out))
+			return err
 		}
 		if l.Vacant {
-			fmt.Fprintln(stdout, "vacant")
-			return
+			_, err := fmt.Fprintln(stdout, "vacant")
+			return err
 		}
-		fmt.Fprintf(stdout, "%s term=%d\n", shown(l.Term.Identity), l.Term.Token)
+		_, err := fmt.Fprintf(stdout, "%s term=%d\n", shown(l.Term.Identity), l.Term.Token)
+		return err
 	}
 	if *watch {
+		// The watch also ends when nobody reads it any more: a write to
+		// stdout fails, or stdout's reader is gone (\`tenure leader --watch
+		// | head -1\`: head exits after the first line, and the next line
+		// may be days away).
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		if f, ok := stdout.(*os.File); ok {
+			go untilReaderGone(wctx, f, stopWatch)
+		}
 		var last *tenure.Leader
-		err := b.Observe(ctx, c.key, func(l tenure.Leader) {
+		var writeErr error
+		err := b.Observe(wctx, c.key, func(l tenure.Leader) {
 			if last != nil && last.Vacant == l.Vacant && last.Term.Token == l.Term.Token {
 				return // the backend may report the same leader twice
 			}
 			last = &l
-			print(l)
+			if err := print(l); err != nil && writeErr == nil {
+				writeErr = err
+				stopWatch()
+			}
 		})
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return exitOK
+		case writeErr != nil && !errors.Is(writeErr, syscall.EPIPE):
+			fmt.Fprintf(stderr, "tenure leader: writing to stdout: %s\n", oneLine(writeErr))
+			return exitFailure
+		case wctx.Err() != nil:
+			return exitOK // the reader is gone
 		}
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitFailure
@@ -122,9 +144,41 @@ Flags:
 		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
 		return exitFailure
 	}
-	print(l)
+	if err := print(l); err != nil && !errors.Is(err, syscall.EPIPE) {
+		fmt.Fprintf(stderr, "tenure leader: writing to stdout: %s\n", oneLine(err))
+		return exitFailure
+	}
 	if l.Vacant {
 		return exitVacant
 	}
 	return exitOK
+}
+
+// untilReaderGone calls gone once f, a pipe or a socket, has no reader
+// left (poll reports an error or a hang-up on it), or returns when ctx
+// ends. On other files (a terminal, a regular file) it only waits for ctx.
+func untilReaderGone(ctx context.Context, f *os.File, gone func()) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	for ctx.Err() == nil {
+		var revents int16
+		cerr := rc.Control(func(fd uintptr) {
+			pfd := []unix.PollFd{{Fd: int32(fd)}} // no events asked: POLLERR, POLLHUP and POLLNVAL come anyway
+			if n, err := unix.Poll(pfd, 200); err == nil && n == 1 {
+				revents = pfd[0].Revents
+			}
+		})
+		if cerr != nil {
+			return
+		}
+		if revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+			gone()
+			return
+		}
+		if revents&unix.POLLNVAL != 0 {
+			return
+		}
+	}
 }
