@@ -258,12 +258,12 @@ func (b *Backend) Close() {
 	for _, s := range open {
 		wait = max(wait, s.opts.TTL)
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	waited, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
 	for _, s := range open {
 		select {
 		case <-s.closed:
-		case <-t.C:
+		case <-waited.Done():
 		}
 	}
 	if b.conn != nil {

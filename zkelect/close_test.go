@@ -26,11 +26,11 @@ var closeKeys atomic.Int64
 func TestClose_BackendClosedUnderALeader(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	key := fmt.Sprintf("/close-%d/leader", closeKeys.Add(1))
-	const cleanUp = 100 * time.Millisecond // the work's own clean-up, under StopTimeout (TTL/10)
+	const cleanUp = 100 * time.Millisecond // the work's own clean-up, well under StopTimeout
 
 	b1 := dial(t, server.Endpoints())
 	t.Cleanup(b1.Close)
-	e1, err := election.New(b1, election.Config{Key: key, Identity: "first", TTL: ttl})
+	e1, err := election.New(b1, election.Config{Key: key, Identity: "first", TTL: ttl, StopTimeout: 350 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,5 +158,30 @@ func TestClose_DuringAnEnqueueLeavesNoNode(t *testing.T) {
 			t.Fatalf("%s still has %v 5 s after the Enqueue returned, with the Backend open", key, children)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestClose_WithSessionsLeftOpenReturnsAfterTheTTL: sessions opened on a
+// Backend and never closed (no elector owns them) hold up its Close for
+// at most the TTL, however many there are.
+func TestClose_WithSessionsLeftOpenReturnsAfterTheTTL(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	b := dial(t, server.Endpoints())
+	for range 3 {
+		if _, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3, Now: time.Now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		b.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Logf("Close with 3 sessions left open returned after %v (TTL %v)", time.Since(start), ttl)
+	case <-time.After(3 * ttl):
+		t.Fatalf("Close with 3 sessions left open had not returned after %v (TTL %v)", 3*ttl, ttl)
 	}
 }
