@@ -31,6 +31,7 @@ type lease struct {
 	closeT time.Duration
 	onLost func() // the session was lost (not closed)
 	onFail func() // a renewal attempt failed
+	logs   chan func(*zap.Logger)
 
 	mu        sync.Mutex
 	deadline  time.Time
@@ -53,8 +54,10 @@ func newLease(sess Session, clock Clock, margin, closeTimeout time.Duration, log
 		onFail:   onFail,
 		deadline: g.Sent.Add(g.TTL - margin),
 		idle:     closedCh,
+		logs:     make(chan func(*zap.Logger), logBacklog),
 	}
 	go l.run()
+	go l.logLoop()
 	return l
 }
 
@@ -118,12 +121,41 @@ func (l *lease) stop(cause error) {
 	<-l.done
 }
 
-// logAsync makes a log call on a goroutine of its own. The monitor's
-// work (the deadline, the session's end, releasing l.mu) must not wait for
-// the logger: a sink that blocks (tenure exec's stderr, piped into a
-// reader that stalled) would otherwise keep a cut-off leader's work
-// running past its deadline, into its successor's term.
-func (l *lease) logAsync(f func(*zap.Logger)) { go f(l.log) }
+// logAsync hands a log call to the lease's logging goroutine, in order,
+// and drops it when logBacklog calls wait already. The monitor's work (the
+// deadline, the session's end, releasing l.mu) must not wait for the
+// logger: a sink that blocks (tenure exec's stderr, piped into a reader
+// that stalled) would otherwise keep a cut-off leader's work running past
+// its deadline, into its successor's term.
+func (l *lease) logAsync(f func(*zap.Logger)) {
+	select {
+	case l.logs <- f:
+	default: // the logger is stalled: lose the line, not the monitor's time
+	}
+}
+
+// logBacklog bounds the log calls waiting for a stalled logger.
+const logBacklog = 16
+
+// logLoop makes the lease's log calls, until the monitor has exited and
+// the calls handed over by then are made.
+func (l *lease) logLoop() {
+	for {
+		select {
+		case f := <-l.logs:
+			f(l.log)
+		case <-l.done:
+			for {
+				select {
+				case f := <-l.logs:
+					f(l.log)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
 
 func (l *lease) apply(r Renewal) {
 	l.mu.Lock()

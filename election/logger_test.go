@@ -83,3 +83,50 @@ func TestLease_StalledLoggerDoesNotHoldUpTheDeadline(t *testing.T) {
 	}
 	t.Logf("term ended %v after the cut, its logger stalled (TTL %v, margin TTL/5)", time.Since(cut), ttl)
 }
+
+// TestRun_StalledLoggerDoesNotHoldUpTheHardStop: a cut-off leader's work
+// ignores its cancelled context while every write of the logger blocks.
+// OnHardStop must run StopTimeout after the deadline all the same: the
+// hard stop's own log line, which cannot be written, must not come first.
+func TestRun_StalledLoggerDoesNotHoldUpTheHardStop(t *testing.T) {
+	srv, key, ctx := setup(t)
+	sink := &stallingSink{}
+	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), sink, zap.DebugLevel))
+	const ttl = 2 * time.Second
+	c := srv.Client()
+	e, err := election.New(c, election.Config{Key: key, Identity: "a", TTL: ttl}, election.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	t.Cleanup(sink.unstall) // before the elector closes (Cleanups run last first)
+	elected, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the elector closes: Close waits for the work
+	hardStop := make(chan time.Time, 1)
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- e.Run(runCtx, tenure.Callbacks{
+			OnElected:  func(context.Context, tenure.Term) { close(elected); <-release }, // ignores its context
+			OnHardStop: func(tenure.Term) { hardStop <- time.Now() },
+		})
+	}()
+	<-elected
+	sink.stall()
+	cut := time.Now()
+	heal := c.CutOff()
+	defer heal()
+	select {
+	case at := <-hardStop:
+		t.Logf("OnHardStop ran %v after the cut, the logger stalled (TTL %v)", at.Sub(cut), ttl)
+	case <-time.After(ttl + time.Second):
+		t.Fatalf("OnHardStop had not run %v after the cut: the hard stop waited for its logger", ttl+time.Second)
+	}
+	free()
+	sink.unstall()
+	stopRun()
+	<-runDone
+}

@@ -130,6 +130,10 @@ func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks
 	return reason
 }
 
+// hardStopFlush bounds how long the default OnHardStop waits for its log
+// line and message before it exits.
+const hardStopFlush = 100 * time.Millisecond
+
 // awaitWork waits for the elected work to return; after StopTimeout it runs
 // OnHardStop once and keeps waiting: leadership is not released while the
 // work runs.
@@ -141,13 +145,30 @@ func (e *Elector) awaitWork(term tenure.Term, workDone <-chan struct{}, cb tenur
 		return
 	case <-t.C:
 	}
-	e.log.Error("elected work ignored its cancelled context past StopTimeout; hard stop",
-		zap.Uint64("token", term.Token), zap.Duration("stop_timeout", e.cfg.StopTimeout))
+	// The hard stop must not wait for the logger, nor for stderr: a sink
+	// that blocks (a stalled reader) would keep the work running into the
+	// successor's term.
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		e.log.Error("elected work ignored its cancelled context past StopTimeout; hard stop",
+			zap.Uint64("token", term.Token), zap.Duration("stop_timeout", e.cfg.StopTimeout))
+	}()
 	hard := cb.OnHardStop
 	if hard == nil {
 		hard = func(tenure.Term) {
-			_ = e.log.Sync()
-			fmt.Fprintf(os.Stderr, "tenure: elected work for %s did not stop within %v; exiting\n", term, e.cfg.StopTimeout)
+			flushed := make(chan struct{})
+			go func() {
+				defer close(flushed)
+				<-logged
+				_ = e.log.Sync()
+				fmt.Fprintf(os.Stderr, "tenure: elected work for %s did not stop within %v; exiting\n", term, e.cfg.StopTimeout)
+			}()
+			t := time.NewTimer(hardStopFlush)
+			select {
+			case <-flushed:
+			case <-t.C:
+			}
 			os.Exit(1)
 		}
 	}
