@@ -89,9 +89,7 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 		// PostgreSQL refuses it in a savepoint: the Beginner wraps a
 		// transaction of the caller's, and Do runs at its level, as for
 		// a pgx.Tx (see Beginner).
-		if rerr := tx.Rollback(ctx); rerr != nil {
-			return nil, rerr
-		}
+		rollback(ctx, tx)
 		return db.Begin(ctx)
 	}
 	return tx, nil
