@@ -8,12 +8,11 @@ package etcdfence
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/etcdelect"
 	"github.com/tenure-go/tenure/fence"
 )
 
@@ -34,10 +33,10 @@ type Fence struct {
 // lease keeps its create revision, but is no contender any more: the
 // backend demotes its holder and the next candidate leads.) term must come
 // from an etcd election (Term.Backend "etcd", Term.Entry a key
-// "<key>/<lease ID in hex>"); any other term, an advisory Redis term
+// "<Term.Key>/<lease ID in hex>"); any other term, an advisory Redis term
 // included, is refused with an error wrapping tenure.ErrInvalidConfig.
 func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	lease, ok := leaseOf(term.Entry)
+	lease, ok := etcdelect.EntryLease(term.Key, term.Entry)
 	if !ok || term.Token == 0 || term.Backend != "etcd" {
 		return nil, fmt.Errorf("%w: etcdfence: term %v is not an etcd holder's", tenure.ErrInvalidConfig, term)
 	}
@@ -54,23 +53,4 @@ func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*
 		return resp, &fence.StaleError{Resource: term.Key, Token: term.Token}
 	}
 	return resp, nil
-}
-
-// leaseOf returns the lease ID an entry's name gives: its last path
-// element, in lower-case hex without leading zeros (as concurrency.Election
-// and tenure write it).
-func leaseOf(entry string) (clientv3.LeaseID, bool) {
-	i := strings.LastIndexByte(entry, '/')
-	if i <= 0 {
-		return 0, false
-	}
-	h := entry[i+1:]
-	if h == "" || len(h) > 16 || h[0] == '0' || strings.ToLower(h) != h {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(h, 16, 64)
-	if err != nil || n <= 0 {
-		return 0, false
-	}
-	return clientv3.LeaseID(n), true
 }
