@@ -582,9 +582,10 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 		// campaign that still holds this one fails (acquire) instead of
 		// taking the key again. Dequeue of the lost ticket then finds
 		// nothing, so the release is made here, after the loss is told:
-		// compare-and-delete on every master. The masters that still had
-		// the key as e's (ok of them) were just extended by this round,
-		// and would keep it a full TTL; with 2 masters, or 3 with one
+		// compare-and-delete on every master, unless every one answered
+		// that the key is not e's. The masters that still had the key as
+		// e's were just extended by this round (those that did not answer
+		// in time may have been too), and would keep it a full TTL; with 2 masters, or 3 with one
 		// down, nobody could take the lock meanwhile. A try of e's whose
 		// reply was lost may still land: the release leaves e's
 		// tombstone too (best effort).
@@ -596,7 +597,7 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 		s.mu.Unlock()
 		e.lostErr = err
 		close(e.lost)
-		if ok > 0 || e.unsure {
+		if notOurs < len(b.masters) || e.unsure {
 			_ = s.releaseLocked(ctx, e, finalRelease)
 		}
 		return err
