@@ -155,9 +155,9 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	// and releases KEY (waiters would sit out the TTL). Caught, the write
 	// fails and is dropped. (Caught, not ignored: CMD, after exec, gets
 	// SIGPIPE's default again; an ignored one would stay ignored in it.)
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	defer signal.Stop(pipe)
+	// Not stopped on return: a write by what still runs after (a release
+	// left in the background, a log line) must not kill tenure either.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	// A signal while waiting for KEY cancels the campaign.
 	ctx, caught, unwatch := cancelOnSignal(sigs)
 	defer unwatch()
@@ -339,6 +339,12 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// exits, so that stopGroup can reap it at once (init may take its
 	// time). Best effort: without it, stopGroup waits out --grace.
 	_, _, _ = syscall.RawSyscall6(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0, 0, 0, 0)
+	// Orphans of CMD's processes that have exited are reaped as they go
+	// (see reapOrphans), until supervise returns; SIGCHLD is caught from
+	// before CMD starts, so that none is missed.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
 	if err := cmd.Start(); err != nil {
 		release()
 		fmt.Fprintf(stderr, "tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
@@ -349,13 +355,10 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		fmt.Fprintf(stderr, "tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
 		guardDone = func() {}
 	}
-	// Orphans of CMD's processes that have exited are reaped as they go
-	// (see reapOrphans), until supervise returns.
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, syscall.SIGCHLD)
 	stopReaping, reaperDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(reaperDone)
+		reapOrphans(cmd.Process.Pid) // what exited before the first SIGCHLD was read
 		for {
 			select {
 			case <-chld:
@@ -366,7 +369,6 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		}
 	}()
 	defer func() {
-		signal.Stop(chld)
 		close(stopReaping)
 		<-reaperDone
 	}()
