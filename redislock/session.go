@@ -585,10 +585,10 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 		// compare-and-delete on every master, unless every one answered
 		// that the key is not e's. The masters that still had the key as
 		// e's were just extended by this round (those that did not answer
-		// in time may have been too), and would keep it a full TTL; with 2 masters, or 3 with one
-		// down, nobody could take the lock meanwhile. A try of e's whose
-		// reply was lost may still land: the release leaves e's
-		// tombstone too (best effort).
+		// in time may have been too), and would keep it a full TTL: with
+		// 2 masters, or 3 with one down, nobody could take the lock
+		// meanwhile. A try of e's whose reply was lost may still land:
+		// the release leaves e's tombstone too (best effort).
 		e.held, e.removed = false, true
 		s.mu.Lock()
 		if s.entries[e.t.Name] == e {

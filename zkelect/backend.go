@@ -251,11 +251,10 @@ func (b *Backend) Close() {
 		open = append(open, s)
 	}
 	b.mu.Unlock()
+	closedErr := fmt.Errorf("%w: zookeeper: the backend was closed with the session open", tenure.ErrClosed)
+	var wait time.Duration // the longest TTL among them
 	for _, s := range open {
-		s.end(fmt.Errorf("%w: zookeeper: the backend was closed with the session open", tenure.ErrClosed))
-	}
-	var wait time.Duration
-	for _, s := range open {
+		s.end(closedErr)
 		wait = max(wait, s.opts.TTL)
 	}
 	waited, cancel := context.WithTimeout(context.Background(), wait)
