@@ -7,8 +7,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -21,6 +23,12 @@ var (
 // FreePorts returns n distinct free loopback ports, holding all of them
 // bound until it has them all, and none it returned before (to any caller
 // in this process). Safe for concurrent use.
+//
+// The ports are outside the kernel's ephemeral range (where it can): a
+// server that a test stops and starts again on its port (a restarted
+// etcd member, ZooKeeper or Redis server) must find it free, and a port
+// from that range can meanwhile become some outgoing connection's local
+// port ("bind: address already in use", seen in the chaos suite).
 func FreePorts(n int) ([]int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
@@ -35,7 +43,7 @@ func FreePorts(n int) ([]int, error) {
 		if tries > 100*n {
 			return nil, errors.New("testnet: cannot find free loopback ports")
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listenOutsideEphemeral()
 		if err != nil {
 			return nil, fmt.Errorf("testnet: find a free port: %w", err)
 		}
@@ -72,4 +80,35 @@ func LogTail(path string, offset int64) string {
 		lines = lines[len(lines)-maxLines:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// listenOutsideEphemeral listens on a loopback port outside the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), picked at random, or, if
+// none of a few tries is free or the range leaves no room, on any port.
+func listenOutsideEphemeral() (net.Listener, error) {
+	lo, hi := 32768, 60999 // Linux's default range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if l, err1 := strconv.Atoi(f[0]); err1 == nil {
+				if h, err2 := strconv.Atoi(f[1]); err2 == nil && l <= h {
+					lo, hi = l, h
+				}
+			}
+		}
+	}
+	// Below the range from 10000 (clear of well-known services), else
+	// above it.
+	first, last := 10000, lo-1
+	if last-first < 1000 {
+		first, last = hi+1, 65535
+	}
+	if last-first >= 1000 {
+		for range 50 {
+			p := first + rand.IntN(last-first+1)
+			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+				return l, nil
+			}
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }
