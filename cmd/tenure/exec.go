@@ -345,6 +345,18 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
 	defer signal.Stop(chld)
+	if beforeStart != nil {
+		beforeStart()
+	}
+	// The term may have ended since Campaign returned (the lease's
+	// deadline passed while tenure was descheduled, say): CMD must not
+	// start then, not even for the moment before the loss is acted on.
+	select {
+	case <-e.Done():
+		fmt.Fprintf(stderr, "tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], oneLine(e.Err()))
+		return exitLostLead
+	default:
+	}
 	if err := cmd.Start(); err != nil {
 		release()
 		fmt.Fprintf(stderr, "tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
@@ -454,6 +466,11 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		}
 	}
 }
+
+// beforeStart, when not nil, runs just before supervise checks the term
+// one last time and starts CMD. Tests set it to hold an elected tenure in
+// that window; nil in tenure itself.
+var beforeStart func()
 
 // prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
 const prSetChildSubreaper = 36

@@ -246,6 +246,43 @@ func cutOff(t *testing.T, v env, grace string, script func(alive, pidFile string
 	}
 }
 
+// TestExec_TermLostBeforeStartDoesNotRunCMD: a term that ends between
+// the election and CMD's start (here: tenure held there while cut off,
+// until its successor runs) does not run CMD at all.
+func TestExec_TermLostBeforeStartDoesNotRunCMD(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	proxy, err := faultproxy.New(v.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cmd := tenureCmd(append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "2s", "--",
+		"sh", "-c", `date +%s%N > `+path(dir, "a-ran"))...)
+	cmd.Env = append(cmd.Env, "TENURE_TEST_HOLD_BEFORE_START="+dir)
+	a := startCmd(t, cmd)
+	waitFile(t, path(dir, "held"), 10*time.Second)
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-ran"))...)
+	v.waitQueued(t, key, 2)
+	proxy.Blackhole()
+	waitFile(t, path(dir, "b-ran"), 10*time.Second) // a's lease has expired on the server
+	if err := os.WriteFile(path(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(t, 5*time.Second); code != exitLostLead {
+		t.Fatalf("tenure whose term ended before CMD started exited %d, want %d; stderr: %s", code, exitLostLead, a.stderr)
+	}
+	if _, err := os.Stat(path(dir, "a-ran")); err == nil {
+		t.Fatalf("CMD ran after its term had ended (its successor had already run); stderr: %s", a.stderr)
+	}
+	if !strings.Contains(a.stderr.String(), "not running") {
+		t.Fatalf("stderr %q does not say CMD was not run", a.stderr)
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
+}
+
 func TestExec_ExitsWithCommandStatus(t *testing.T) { eachBackend(t, testExitStatus) }
 
 func testExitStatus(t *testing.T, v env) {

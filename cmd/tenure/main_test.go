@@ -114,6 +114,9 @@ func (v env) waitQueued(t *testing.T, key string, n int) {
 // set, so the tests start real tenure processes without building one.
 func TestMain(m *testing.M) {
 	if os.Getenv("TENURE_TEST_AS_CLI") == "1" {
+		if dir := os.Getenv("TENURE_TEST_HOLD_BEFORE_START"); dir != "" {
+			beforeStart = func() { holdBeforeStart(dir) }
+		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	dir, err := os.MkdirTemp("", "tenure-cli-")
@@ -153,6 +156,19 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// holdBeforeStart, run by a tenure started with
+// TENURE_TEST_HOLD_BEFORE_START=dir just before it starts CMD, creates
+// dir/held and returns once dir/go exists.
+func holdBeforeStart(dir string) {
+	_ = os.WriteFile(filepath.Join(dir, "held"), []byte("held\n"), 0o600)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 var keySeq atomic.Int64
