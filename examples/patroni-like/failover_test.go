@@ -441,6 +441,13 @@ func testCluster(t *testing.T, n int) (*localCluster, string) {
 				t.Errorf("data race in %s's manager: see %s", n, c.managerLog(n))
 			}
 		}
+		// PATRONI_LIKE_KEEP_LOGS=DIR keeps a failed test's directory
+		// (logs, data directories) as DIR, which must not exist.
+		if keep := os.Getenv("PATRONI_LIKE_KEEP_LOGS"); t.Failed() && keep != "" {
+			if err := exec.Command("cp", "-r", dir, keep).Run(); err != nil {
+				t.Logf("PATRONI_LIKE_KEEP_LOGS: %v", err)
+			}
+		}
 		if t.Failed() {
 			for _, n := range c.names() {
 				t.Logf("logs of %s: %s, %s", n, c.managerLog(n), pgLogPath(dir, n))

@@ -46,7 +46,10 @@ type Manager struct {
 
 	kick chan struct{} // wakes the loop early
 
-	pgMu sync.Mutex // held while the loop or the elected work changes PostgreSQL
+	// pgLock, a one-slot semaphore, is held while the loop or the elected
+	// work changes PostgreSQL (a channel, so that the elected work can stop
+	// waiting for it when its term ends).
+	pgLock chan struct{}
 
 	mu            sync.Mutex
 	role          string
@@ -93,7 +96,7 @@ func NewManager(cfg Config, log *zap.Logger) (*Manager, error) {
 		return nil, err
 	}
 	return &Manager{cfg: cfg, log: log.With(zap.String("node", cfg.Name)), pg: pg, cli: cli, e: e,
-		kick: make(chan struct{}, 1), role: RoleStarting}, nil
+		kick: make(chan struct{}, 1), pgLock: make(chan struct{}, 1), role: RoleStarting}, nil
 }
 
 func (m *Manager) event(name string, fields ...zap.Field) {
@@ -157,9 +160,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	// Shut down: the election first (the elected work fences PostgreSQL,
 	// then the key is released), then PostgreSQL, the API and the client.
 	m.stopCampaign()
-	m.pgMu.Lock()
+	m.pgLock <- struct{}{}
 	m.pg.Stop(10 * time.Second)
-	m.pgMu.Unlock()
+	<-m.pgLock
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = srv.Shutdown(sctx)
 	cancel()
@@ -184,16 +187,16 @@ func (m *Manager) leaderElsewhere() (Member, bool) {
 // step is one pass of the loop (Patroni's HA cycle): it brings PostgreSQL to
 // the state the election asks for, when this member does not lead.
 func (m *Manager) step(ctx context.Context) {
-	m.pgMu.Lock()
+	m.pgLock <- struct{}{}
 	m.mu.Lock()
 	elected, observed := m.elected, m.observed
 	m.mu.Unlock()
 	if elected || !observed {
-		m.pgMu.Unlock()
+		<-m.pgLock
 		return // the elected work owns PostgreSQL; or the key has not been read yet
 	}
 	err := m.converge(ctx)
-	m.pgMu.Unlock() // before stopCampaign, which waits for elected work that takes it
+	<-m.pgLock // before stopCampaign, which waits for elected work that takes it
 	m.mu.Lock()
 	if err != nil {
 		m.lastErr = err.Error()
@@ -219,19 +222,12 @@ func (m *Manager) converge(ctx context.Context) error {
 	opCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if !m.checkedData && m.pg.HasData() && !m.pg.Running() {
+		// A former primary may have WAL that no other member has: it
+		// must rewind onto any member promoted after it (see the
+		// needRewind cases below).
 		was, err := m.pg.WasPrimary(opCtx)
 		if err != nil {
 			return err
-		}
-		if was {
-			// Promoted last itself (a clean restart, a one-member
-			// cluster): no other timeline exists to rewind onto, nor to
-			// wait for.
-			last, err := m.promotedLast(opCtx)
-			if err != nil {
-				return err
-			}
-			was = !last
 		}
 		m.mu.Lock()
 		m.needRewind, m.checkedData = was, true
@@ -287,7 +283,13 @@ func (m *Manager) converge(ctx context.Context) error {
 	case !m.pg.Running() && elsewhere:
 		// A former primary (or a standby that fell off the new primary's
 		// history) rewinds onto the leader's timeline; pg_rewind is a no-op
-		// when nothing diverged. After repeated failures, copy afresh.
+		// when nothing diverged. After repeated failures, copy afresh. Not
+		// before the leader is promoted: until then its timeline is the
+		// old one, and rewinding onto that would leave this member's
+		// divergence in place.
+		if !Promoted(opCtx, leader.Postgres) {
+			return nil
+		}
 		m.event("rewind", zap.String("from", leader.Name))
 		if err := m.pg.Rewind(opCtx, leader.Postgres); err != nil {
 			m.rewindFails++
@@ -308,15 +310,14 @@ func (m *Manager) converge(ctx context.Context) error {
 	case !m.pg.Running() && needRewind:
 		// A former primary waits for a primary to rewind onto, unless it
 		// was promoted last itself (its term ended, say, because
-		// PostgreSQL died): then none can come, and none is needed.
+		// PostgreSQL died): then its data is the newest, and it runs, and
+		// stands, as a standby. It still needs the rewind (needRewind
+		// stays): a member promoted next may not have had all its WAL.
 		last, err := m.promotedLast(opCtx)
 		if err != nil || !last {
 			m.setRole(RoleFenced)
 			return err
 		}
-		m.mu.Lock()
-		m.needRewind = false
-		m.mu.Unlock()
 		return m.startStandby(opCtx, Member{})
 
 	case !m.pg.Running():
@@ -335,6 +336,25 @@ func (m *Manager) converge(ctx context.Context) error {
 		m.pg.Stop(0)
 		m.event("fenced", zap.String("why", "running as a primary without a term"))
 		return nil
+	}
+	if needRewind {
+		// A former primary running on its own data: once another member
+		// is promoted, it must stop and rewind onto it before it streams,
+		// or stands, again.
+		last := false
+		if !elsewhere {
+			var err error
+			if last, err = m.promotedLast(opCtx); err != nil {
+				return err
+			}
+		}
+		if !last {
+			why := "another member was promoted after it: rewind onto its timeline"
+			m.pg.Stop(10 * time.Second)
+			m.setRole(RoleFenced)
+			m.event("restart", zap.String("why", why))
+			return nil
+		}
 	}
 	m.setRole(RoleReplica)
 	want := ""
@@ -631,10 +651,32 @@ func (m *Manager) drainFor(cause error) time.Duration {
 // term into the fence row and the history (one transaction), then
 // default_transaction_read_only off.
 func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
-	m.pgMu.Lock() // wait for a loop pass in progress
-	defer m.pgMu.Unlock()
+	select { // wait for a loop pass in progress, or for the term to end
+	case m.pgLock <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	defer func() { <-m.pgLock }()
 	if !m.pg.Running() {
 		return errors.New("PostgreSQL is not running")
+	}
+	// A member that was primary, and has not been rewound since, may hold
+	// WAL that the members promoted after it never had: promoted, it would
+	// drop their history. It may lead only when no other member was
+	// promoted since it was (converge keeps it out of the election
+	// otherwise; this is the last check, against /last-primary as it is
+	// now).
+	m.mu.Lock()
+	needRewind := m.needRewind
+	m.mu.Unlock()
+	if needRewind {
+		last, err := m.promotedLast(ctx)
+		if err != nil {
+			return err
+		}
+		if !last {
+			return errors.New("another member was promoted after this one: its data must be rewound before it may be promoted")
+		}
 	}
 	began := time.Now()
 	conn, err := m.pg.Connect(ctx)
