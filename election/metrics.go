@@ -26,8 +26,9 @@ import (
 //	tenure_skipped_total              counter: TryCampaign and TryLock calls that found the key held
 //	tenure_watchdog_failures_total    counter: lease renewals (etcd keep-alives, ZooKeeper pings, Redis watchdog extensions) that failed
 //
-// Gauges are computed when Prometheus scrapes. Create one Metrics per
-// registry; it is safe for concurrent use.
+// Gauges are computed when Prometheus scrapes. An Elector's series go
+// when it is closed. Create one Metrics per registry; it is safe for
+// concurrent use.
 type Metrics struct {
 	transitions *prometheus.CounterVec
 	campaign    *prometheus.HistogramVec
@@ -157,13 +158,26 @@ func (m *Metrics) add(e *Elector) error {
 	return nil
 }
 
-// remove stops reporting e (at Close).
+// remove stops reporting e (at Close), and drops its key's series: a
+// process that locks a key per job, one Elector each, would otherwise
+// keep every key's counters and histograms for its whole life. A later
+// Elector on the key starts them again from zero, which Prometheus's
+// rate() reads as a counter reset.
 func (m *Metrics) remove(e *Elector) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := metricsKey{e.cfg.Key, e.b.Name()}
-	if m.electors[k] == e {
-		delete(m.electors, k)
+	if m.electors[k] != e {
+		return
+	}
+	delete(m.electors, k)
+	labels := prometheus.Labels{"key": k.key, "backend": k.backend}
+	m.transitions.DeletePartialMatch(labels)
+	for _, v := range []*prometheus.CounterVec{m.expirations, m.watchdog, m.skipped} {
+		v.Delete(labels)
+	}
+	for _, v := range []*prometheus.HistogramVec{m.campaign, m.failover, m.lockWait} {
+		v.Delete(labels)
 	}
 }
 
