@@ -13,7 +13,9 @@ import "context"
 // changes were observed (skipping those a slow call missed), on a goroutine
 // of their own. A panic in OnElected is recovered, logged, and treated as a
 // resignation (the demotion reason wraps ErrCallbackPanic and
-// ErrResigned). A panic in OnDemoted, OnLeader or OnHardStop is recovered
+// ErrResigned); when the term had ended already for another reason (its
+// lease, its session, its key, Close), the demotion reason wraps that
+// cause and ErrCallbackPanic, not ErrResigned. A panic in OnDemoted, OnLeader or OnHardStop is recovered
 // and logged at Error; it changes nothing else (the term goes on, or has
 // ended already).
 //

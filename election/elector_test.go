@@ -719,3 +719,66 @@ func TestRun_SessionGivenUpIsNotAClose(t *testing.T) {
 		t.Fatal("a not elected again after b resigned")
 	}
 }
+
+// TestRun_PanicInOnElectedKeepsWhyTheTermEnded: a panic in OnElected
+// during a live term is a resignation (ErrResigned and ErrCallbackPanic)
+// and Run campaigns again; a panic in work that was winding down after
+// its session expired keeps ErrSessionExpired as the reason. Before, that
+// reason was replaced by ErrResigned, and OnDemoted could not tell that
+// another leader might already run.
+func TestRun_PanicInOnElectedKeepsWhyTheTermEnded(t *testing.T) {
+	srv, key, ctx := setup(t)
+	e, _ := newElector(t, srv, key, "a", time.Second)
+	elected := make(chan int, 4)
+	reasons := make(chan error, 4)
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	var terms atomic.Int32
+	go func() {
+		runDone <- e.Run(runCtx, tenure.Callbacks{
+			OnElected: func(lctx context.Context, _ tenure.Term) {
+				n := int(terms.Add(1))
+				elected <- n
+				if n == 1 {
+					panic("while leading")
+				}
+				<-lctx.Done()
+				if n == 2 {
+					panic("while stopping")
+				}
+			},
+			OnDemoted:  func(_ tenure.Term, reason error) { reasons <- reason },
+			OnHardStop: func(tenure.Term) {},
+		})
+	}()
+	next := func(what string) error {
+		t.Helper()
+		select {
+		case err := <-reasons:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no OnDemoted for %s within 10 s", what)
+			return nil
+		}
+	}
+	<-elected
+	if err := next("the term whose work panicked"); !errors.Is(err, tenure.ErrResigned) || !errors.Is(err, tenure.ErrCallbackPanic) {
+		t.Errorf("a panic during a live term: reason %v, want ErrResigned and ErrCallbackPanic", err)
+	}
+	select {
+	case <-elected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not lead again after the panic")
+	}
+	if !srv.ExpireSession(key, "a") {
+		t.Fatal("no session to expire")
+	}
+	err := next("the term whose session expired")
+	if !errors.Is(err, tenure.ErrSessionExpired) || !errors.Is(err, tenure.ErrCallbackPanic) || errors.Is(err, tenure.ErrResigned) {
+		t.Errorf("a panic after the session expired: reason %v, want ErrSessionExpired and ErrCallbackPanic, not ErrResigned", err)
+	}
+	stop()
+	if err := <-runDone; !errors.Is(err, tenure.ErrCanceled) {
+		t.Errorf("Run: %v, want ErrCanceled", err)
+	}
+}

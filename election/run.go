@@ -113,7 +113,11 @@ func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks
 	<-ld.done
 	reason := context.Cause(lctx)
 	if panicked != nil {
-		reason = fmt.Errorf("%w: %w", tenure.ErrResigned, panicked)
+		if errors.Is(reason, tenure.ErrResigned) { // the term was live: the panic ended it
+			reason = fmt.Errorf("%w: %w", tenure.ErrResigned, panicked)
+		} else { // it had ended already (lease, session, ownership, Close): say why first
+			reason = fmt.Errorf("%w; then %w", reason, panicked)
+		}
 	}
 	if errors.Is(reason, tenure.ErrResigned) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CleanupTimeout)
