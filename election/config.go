@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tenure-go/tenure"
 )
@@ -19,8 +20,8 @@ const (
 // Key selects its documented default. A Config is a plain value: copy it
 // freely; the Elector keeps its own copy.
 type Config struct {
-	// Key is the election key. Required. Backends may restrict its form
-	// (Backend.CheckKey).
+	// Key is the election key. Required, valid UTF-8. Backends may
+	// restrict its form further (Backend.CheckKey).
 	Key string
 	// Identity names this candidate to observers. Default: "hostname-pid".
 	Identity string
@@ -94,6 +95,8 @@ func (c Config) Validate() error {
 	}
 	if c.Key == "" {
 		bad("Key is empty")
+	} else if !utf8.ValidString(c.Key) {
+		bad("Key %q is not valid UTF-8", c.Key)
 	}
 	if c.Identity == "" {
 		bad("Identity is empty")

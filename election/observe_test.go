@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -330,6 +331,28 @@ func total(by map[string]int) (n int) {
 		n += v
 	}
 	return n
+}
+
+// TestNew_KeyNotUTF8IsAConfigError: with metrics on, a key that is not
+// valid UTF-8 (the in-memory backend accepts any) made New panic in
+// Prometheus's label check.
+func TestNew_KeyNotUTF8IsAConfigError(t *testing.T) {
+	srv, _, _ := setup(t)
+	m, _ := newMetrics(t)
+	for _, opts := range [][]election.Option{nil, {election.WithMetrics(m)}} {
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			_, err = election.New(srv.Client(), election.Config{Key: "bad\xff", Identity: "a"}, opts...)
+		}()
+		if !errors.Is(err, tenure.ErrInvalidConfig) || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("New with key \"bad\\xff\" (%d options): %v, want ErrInvalidConfig naming UTF-8", len(opts), err)
+		}
+	}
 }
 
 // TestNewMetrics_TwiceOnOneRegistry is a configuration error, not a panic.
