@@ -51,7 +51,8 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 Waits for KEY (first come, first served), runs CMD while holding it, and
 releases KEY the moment CMD exits; exits with CMD's status. CMD runs in its
 own process group with TENURE_TERM (the fencing token: pass it to whatever
-CMD writes to), TENURE_KEY, TENURE_IDENTITY and TENURE_BACKEND set.
+CMD writes to), TENURE_KEY, TENURE_IDENTITY, TENURE_BACKEND and
+TENURE_ENDPOINTS set (a bare tenure leader inside CMD reports KEY).
 
 On SIGTERM, SIGINT or SIGHUP (unless started ignoring it, as under nohup),
 tenure sends SIGTERM to CMD's process group, waits for CMD and releases
@@ -318,6 +319,9 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		"TENURE_KEY="+term.Key,
 		"TENURE_IDENTITY="+term.Identity,
 		"TENURE_BACKEND="+term.Backend,
+		// So that a tenure leader inside CMD reports this lock, also when
+		// --endpoints was a flag. (TLS and auth settings are not passed.)
+		"TENURE_ENDPOINTS="+f.endpoints.list,
 	)
 	// Own process group, so a signal reaches CMD's children too. If tenure
 	// itself is killed, the kernel kills CMD (the parent-death signal) and

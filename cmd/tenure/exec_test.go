@@ -346,6 +346,29 @@ func TestExec_SecondSignalKills(t *testing.T) {
 	}
 }
 
+// TestExec_NestedLeaderReportsTheEnclosingLock: a bare tenure leader inside
+// a command reports the lock of the tenure exec that runs it, on every
+// backend, also when that exec's endpoints were a flag. Before, the
+// endpoints were not passed on, and the nested call asked the backend's
+// default port on this host.
+func TestExec_NestedLeaderReportsTheEnclosingLock(t *testing.T) {
+	test := func(t *testing.T, v env) {
+		key, dir := v.key(t), dirT(t)
+		inner := os.Args[0] + " leader > " + path(dir, "leader") + " 2>&1; echo $? > " + path(dir, "rc")
+		a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--identity", "outer", "--", "sh", "-c", inner)...)
+		rc := waitFile(t, path(dir, "rc"), 10*time.Second)
+		got, _ := os.ReadFile(path(dir, "leader"))
+		if rc != "0" || !strings.Contains(string(got), "outer") || !strings.Contains(string(got), "term=") {
+			t.Fatalf("tenure leader inside the command exited %s and printed %q, want 0 and the enclosing lock's holder (outer)", rc, got)
+		}
+		if code := a.wait(t, 5*time.Second); code != 0 {
+			t.Fatalf("the outer call exited %d; stderr: %s", code, a.stderr)
+		}
+	}
+	eachBackend(t, test)
+	t.Run("redis", func(t *testing.T) { test(t, env{"redis", redisEndpoint}) })
+}
+
 // TestExec_NestedCallDoesNotInheritTheKey: TENURE_KEY, TENURE_IDENTITY and
 // TENURE_BACKEND in a command's environment describe the lock its tenure
 // exec holds; a tenure call inside it must not take them as its own flags

@@ -14,7 +14,8 @@
 //
 // Exit status: exec exits with the command's status, 0 when --no-wait
 // skipped the command, 1 when the campaign failed, 2 on bad input or an
-// unreachable backend, 4 when leadership was lost while the command ran,
+// unreachable backend, 4 when leadership was lost while the command ran
+// (it was stopped) or before it started (it was not run),
 // 127 when the command could not be started, 128+N on signal N; leader
 // exits 3 when the key is vacant (README.md has the table).
 package main
@@ -44,7 +45,7 @@ Usage:
   tenure exec   --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--ttl 10s] [--no-wait] -- CMD [ARG...]
       Wait for KEY (first come, first served), run CMD while holding it,
       release it when CMD exits. CMD sees TENURE_TERM (the fencing token),
-      TENURE_KEY, TENURE_IDENTITY and TENURE_BACKEND.
+      TENURE_KEY, TENURE_IDENTITY, TENURE_BACKEND and TENURE_ENDPOINTS.
   tenure leader --key KEY [--backend etcd|zk|redis] [--endpoints HOST:PORT,...] [--watch] [--json]
       Print the holder of KEY and its term; exit 3 when KEY is vacant.
   tenure demo
