@@ -26,9 +26,10 @@ import (
 //	tenure_skipped_total              counter: TryCampaign and TryLock calls that found the key held
 //	tenure_watchdog_failures_total    counter: lease renewals (etcd keep-alives, ZooKeeper pings, Redis watchdog extensions) that failed
 //
-// Gauges are computed when Prometheus scrapes. An Elector's series go
-// when it is closed. Create one Metrics per registry; it is safe for
-// concurrent use.
+// Gauges are computed when Prometheus scrapes. A closed Elector's series
+// are collected one last time (its final counts: the next scrape, or
+// prometheus.WriteToTextfile after Close), then dropped. Create one
+// Metrics per registry; it is safe for concurrent use.
 type Metrics struct {
 	transitions *prometheus.CounterVec
 	campaign    *prometheus.HistogramVec
@@ -42,6 +43,7 @@ type Metrics struct {
 
 	mu       sync.Mutex
 	electors map[metricsKey]*Elector
+	retired  map[metricsKey]bool // closed; dropped after the next Collect
 }
 
 type metricsKey struct{ key, backend string }
@@ -93,6 +95,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		leaseRemaining: prometheus.NewDesc("tenure_lease_remaining_seconds", "Seconds until the lease deadline, after which a leader demotes itself; 0 without a session.", labels, nil),
 		suspended:      prometheus.NewDesc("tenure_suspended", "1 while this process leads, its lease renewals fail and the deadline has not passed yet, else 0.", labels, nil),
 		electors:       map[metricsKey]*Elector{},
+		retired:        map[metricsKey]bool{},
 	}
 	if err := reg.Register(m); err != nil {
 		return nil, fmt.Errorf("%w: register metrics: %w", tenure.ErrInvalidConfig, err)
@@ -115,8 +118,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.suspended
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. It drops the series of the
+// Electors closed since the last Collect once it has collected them.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock() // held throughout: add must not start a key's series again in between
+	defer m.mu.Unlock()
 	m.transitions.Collect(ch)
 	m.campaign.Collect(ch)
 	m.expirations.Collect(ch)
@@ -124,8 +130,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.lockWait.Collect(ch)
 	m.watchdog.Collect(ch)
 	m.skipped.Collect(ch)
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	b2f := func(b bool) float64 {
 		if b {
 			return 1
@@ -143,6 +147,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.leaseRemaining, prometheus.GaugeValue, remaining, k.key, k.backend)
 		ch <- prometheus.MustNewConstMetric(m.suspended, prometheus.GaugeValue, b2f(e.Suspended()), k.key, k.backend)
 	}
+	for k := range m.retired {
+		m.dropLocked(k)
+	}
 }
 
 // add starts reporting e. Two Electors on one key and backend cannot share
@@ -151,6 +158,9 @@ func (m *Metrics) add(e *Elector) error {
 	k := metricsKey{e.cfg.Key, e.b.Name()}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.retired[k] { // closed, and not collected since: its counts go now
+		m.dropLocked(k)
+	}
 	if _, dup := m.electors[k]; dup {
 		return fmt.Errorf("%w: metrics: another Elector already reports key %q on %s", tenure.ErrInvalidConfig, k.key, k.backend)
 	}
@@ -158,18 +168,24 @@ func (m *Metrics) add(e *Elector) error {
 	return nil
 }
 
-// remove stops reporting e (at Close), and drops its key's series: a
-// process that locks a key per job, one Elector each, would otherwise
-// keep every key's counters and histograms for its whole life. A later
-// Elector on the key starts them again from zero, which Prometheus's
-// rate() reads as a counter reset.
+// remove retires e (at Close): the next Collect reports it one last
+// time, its final counts, and then drops its key's series. A process that
+// locks a key per job, one Elector each, would otherwise keep every key's
+// counters and histograms for its whole life. A later Elector on the key
+// starts them again from zero, which Prometheus's rate() reads as a
+// counter reset.
 func (m *Metrics) remove(e *Elector) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := metricsKey{e.cfg.Key, e.b.Name()}
-	if m.electors[k] != e {
-		return
+	if m.electors[k] == e {
+		m.retired[k] = true
 	}
+}
+
+// dropLocked forgets the retired Elector of k and deletes k's series.
+func (m *Metrics) dropLocked(k metricsKey) {
+	delete(m.retired, k)
 	delete(m.electors, k)
 	labels := prometheus.Labels{"key": k.key, "backend": k.backend}
 	m.transitions.DeletePartialMatch(labels)

@@ -678,6 +678,6 @@ func TestExec_NestedCallDoesNotInheritTheMetricsSettings(t *testing.T) {
 		t.Fatalf("the outer call exited %d; stderr: %s", code, a.stderr)
 	}
 	if b, err := os.ReadFile(metricsFile); err != nil || !strings.Contains(string(b), "tenure_") {
-		t.Errorf("the outer call's metrics file: %v, %d bytes; want its metrics", err, len(b))
+		t.Errorf("the outer call's metrics file: %v, %d bytes; want its metrics; stderr %s", err, len(b), a.stderr)
 	}
 }
