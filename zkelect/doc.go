@@ -52,8 +52,14 @@
 //     A sync is answered only after the ensemble's leader server, which
 //     expires sessions, has seen it: a follower cut off from that server
 //     answers reads from its own copy for up to syncLimit × tickTime, and
-//     a read it answered would prove nothing (docs/zookeeper.md says what
-//     is left).
+//     a read it answered would prove nothing. What is left: the leader
+//     server counts a follower's client from the follower's reports to it
+//     (every tickTime/2), not from the sync it forwarded. A follower cut
+//     off just after it answered a sync leaves the leader server counting
+//     from up to RenewInterval + tickTime/2 earlier, and the leader can
+//     outlive its session by that much less DeadlineMargin (with the
+//     defaults, 2/15 of the TTL plus tickTime/2). Fence the resource
+//     (docs/zookeeper.md).
 //   - Events arrive through a non-blocking callback (go-zookeeper drops
 //     events when its channel is full).
 //

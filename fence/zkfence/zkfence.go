@@ -1,7 +1,12 @@
 // Package zkfence fences writes to ZooKeeper: a Multi that commits only
 // while the holder's node still exists with its version (0: tenure never
 // changes its nodes). Node names are sequential and never reused, so a node
-// that still exists is still the holder's, and still the lowest.
+// that still exists is still the holder's, and still the lowest, with one
+// exception: after 2³¹ creates under one key ZooKeeper's sequence counter
+// wraps, and a newcomer sorts before the holder (docs/zookeeper.md). Both
+// then hold until the old holder releases, and this fence passes the old
+// holder's writes; a fence that compares tokens (fence.Guard, pgfence)
+// refuses them.
 package zkfence
 
 import (

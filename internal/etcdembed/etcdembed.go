@@ -1,5 +1,6 @@
-// Package etcdembed starts an embedded, single-member etcd server on free
-// loopback ports, for tenure's tests, benchmarks and demo.
+// Package etcdembed starts embedded etcd servers on free loopback ports,
+// for tenure's tests, benchmarks and demo: a single member (Start) or a
+// cluster of n members (StartCluster).
 package etcdembed
 
 import (
