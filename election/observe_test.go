@@ -562,3 +562,27 @@ func TestFailover_NotTimedAcrossObservations(t *testing.T) {
 		t.Fatalf("no observer saw a whole vacancy: %d samples, want 0", n)
 	}
 }
+
+// TestStatus_CampaigningWhileTheSessionCannotOpen: Run that cannot open
+// its session (the backend does not answer) is campaigning, not idle, as
+// /status reports it. It said "idle" before: only a queued entry counted.
+func TestStatus_CampaigningWhileTheSessionCannotOpen(t *testing.T) {
+	srv, key, ctx := setup(t)
+	e, c := newElector(t, srv, key, "a", 3*time.Second)
+	heal := c.CutOff()
+	defer heal()
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- e.Run(runCtx, tenure.Callbacks{}) }()
+	defer func() { stop(); <-runDone }()
+	electiontest.WaitFor(t, 5*time.Second, "Run to start", func() bool {
+		sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		return e.Status(sctx).State != "idle"
+	})
+	sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if st := e.Status(sctx); st.State != "campaigning" || st.Position != -1 {
+		t.Errorf("Run whose session cannot open: state %q, position %d; want campaigning, -1", st.State, st.Position)
+	}
+}

@@ -15,7 +15,8 @@ import (
 // safe to copy and encode, that does not change after Status returns it.
 type Status struct {
 	// State is "leader", "suspended" (leading while renewals fail),
-	// "campaigning", "idle" or "closed".
+	// "campaigning" (a Campaign or Run is in progress, whether or not it
+	// has an entry in the queue yet), "idle" or "closed".
 	State string `json:"state"`
 	// Key is the election key.
 	Key string `json:"key"`
@@ -57,6 +58,9 @@ func (e *Elector) Status(ctx context.Context) Status {
 	e.mu.Lock()
 	closed, pending := e.closed, e.pending != nil
 	e.mu.Unlock()
+	// A Campaign or Run in progress without an entry yet (opening its
+	// session, waiting to retry after a failure) is campaigning too.
+	trying := len(e.campaignSem) > 0 || len(e.runSem) > 0
 	t, leads := e.Term()
 	switch {
 	case closed:
@@ -65,7 +69,7 @@ func (e *Elector) Status(ctx context.Context) Status {
 		st.State = "suspended"
 	case leads:
 		st.State = "leader"
-	case pending:
+	case pending || trying:
 		st.State = "campaigning"
 	default:
 		st.State = "idle"
