@@ -383,6 +383,19 @@ if v and string.sub(v, 1, #p) == p then
 end
 return 0
 `)
+	// KEYS: lock. ARGV: value, new value. Replaces the lock's value, as
+	// long as it is exactly value, keeping its expiry (a late master's
+	// grant takes the holder's token: session.lateGrant).
+	retokenScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl > 0 then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+    return 1
+  end
+end
+return 0
+`)
 	// KEYS: waiting. ARGV: waiting member, ttl ms. Renews a waiting entry
 	// (the watchdog, for candidates that wait).
 	stillWaitingScript = redis.NewScript(luaNow + `

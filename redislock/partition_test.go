@@ -343,3 +343,55 @@ func TestRedlock_LostKeyLeavesNoMinority(t *testing.T) {
 	t.Logf("loss found %v after the DEL; the key left master 0 within %v of it; b holds %v after it",
 		found.Sub(deleted), gone, time.Since(found))
 }
+
+// TestRedlock_LateMasterDoesNotChangeTheLeadersToken: each master counts
+// its own tokens, and a try returns once a quorum has granted it. A master
+// that grants after that, with a larger count, made Leader (which reads
+// every master and reports the largest token of the holder's) report a
+// token other than the holder's own Term.Token. The late master here
+// answers tens of ms behind the others and its count starts at 1000.
+func TestRedlock_LateMasterDoesNotChangeTheLeadersToken(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	servers, direct := startMasters(t, 3)
+	p, err := faultproxy.New(servers[2].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const key = "late-master"
+	if err := direct[2].Set(ctx, key+":fence", 1000, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clients := []*redis.Client{defaultClient(t, servers[0].Addr()), defaultClient(t, servers[1].Addr()), defaultClient(t, p.Addr())}
+	b, err := redislock.New(clients, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clients[2].Ping(ctx).Err(); err != nil { // connected before the delay
+		t.Fatal(err)
+	}
+	p.Delay(30 * time.Millisecond)
+	e, err := election.New(b, election.Config{Key: key, Identity: "a", TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the late master has granted by now
+	l, err := b.Leader(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := direct[2].Get(ctx, key).Result(); err != nil || !strings.Contains(v, " a") {
+		f, _ := direct[2].Get(ctx, key+":fence").Result()
+		v0, _ := direct[0].Get(ctx, key).Result()
+		t.Fatalf("setup: the late master holds %q (%v), fence %s, want the holder's grant; master 0 holds %q; term %v", v, err, f, v0, term)
+	}
+	if l.Vacant || l.Term.Token != term.Token || l.Term.Identity != term.Identity {
+		t.Fatalf("Leader reports %v; the holder's term is %v (token %d): they must agree", l, term, term.Token)
+	}
+	t.Logf("holder's token %d; Leader's %d", term.Token, l.Term.Token)
+}

@@ -145,7 +145,8 @@ func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.D
 	b := s.b
 	start := s.now()
 	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
-	rs := b.fanOut(ctx, b.masterTimeout(s.ttl), granted, nil, func(ctx context.Context, c *redis.Client) (any, error) {
+	late := func(r reply) { s.lateGrant(e, r) }
+	rs := b.fanOut(ctx, b.masterTimeout(s.ttl), granted, late, func(ctx context.Context, c *redis.Client) (any, error) {
 		return acquireScript.Run(ctx, c, []string{e.t.Key, e.t.Key + fenceSuffix, e.t.Key + waitingSuffix, s.tombstone(e)},
 			e.t.Name, e.t.Identity, ttlMs, b.channel(e.t.Key), s.member(e)).Slice()
 	})
@@ -202,6 +203,32 @@ func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.D
 	}
 	e.waiting = got < answered
 	return false, wait, got > 0, nil
+}
+
+// lateGrant handles the reply of a try that came after acquire stopped
+// waiting for it (a quorum had granted the try, or the bound passed). Each
+// master counts its own tokens: a master that granted late holds e's key
+// under its own count, which Leader, reading every master, would report
+// when it is the largest. While e holds, that master's value is rewritten
+// to carry e's token, the one its term has. (A grant that came too late for
+// a try that did not win is the campaign's clean-up's: e.unsure.)
+func (s *session) lateGrant(e *entry, r reply) {
+	if !granted(r) {
+		return
+	}
+	tok, err := strconv.ParseUint(fmt.Sprint(r.val.([]any)[1]), 10, 64)
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.held || e.removed || tok == e.token {
+		return
+	}
+	value := func(tok uint64) string { return e.t.Name + " " + strconv.FormatUint(tok, 10) + " " + e.t.Identity }
+	ctx, cancel := context.WithTimeout(context.Background(), s.b.masterTimeout(s.ttl))
+	defer cancel()
+	_ = retokenScript.Run(ctx, s.b.masters[r.i], []string{e.t.Key}, value(tok), value(e.token)).Err()
 }
 
 // releaseMode says what a release does besides deleting the key.
