@@ -48,8 +48,8 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		return nil, tenure.ErrClosed
 	}
 	b.sessions[s] = struct{}{}
+	b.wg.Add(1) // under b.mu: a Close that ends s then waits for its keepAlive
 	b.mu.Unlock()
-	b.wg.Add(1)
 	go s.keepAlive()
 	return s, nil
 }
