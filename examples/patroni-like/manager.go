@@ -224,13 +224,16 @@ func (m *Manager) converge(ctx context.Context) error {
 	if !m.checkedData && m.pg.HasData() && !m.pg.Running() {
 		// A former primary may have WAL that no other member has: it
 		// must rewind onto any member promoted after it (see the
-		// needRewind cases below).
+		// needRewind cases below). Its control file says so until it
+		// runs as a standby; the mark, until it is rewound.
 		was, err := m.pg.WasPrimary(opCtx)
 		if err != nil {
 			return err
 		}
+		was = was || m.pg.MarkedNeedsRewind()
+		m.setNeedRewind(was)
 		m.mu.Lock()
-		m.needRewind, m.checkedData = was, true
+		m.checkedData = true
 		m.mu.Unlock()
 	}
 	m.mu.Lock()
@@ -264,6 +267,7 @@ func (m *Manager) converge(ctx context.Context) error {
 		if err := m.pg.BaseBackup(opCtx, leader.Postgres); err != nil {
 			return err
 		}
+		m.setNeedRewind(false) // a mark left by data that is gone
 		return m.startStandby(opCtx, leader)
 
 	case !m.pg.HasData():
@@ -276,6 +280,7 @@ func (m *Manager) converge(ctx context.Context) error {
 		if err := m.pg.Initdb(opCtx); err != nil {
 			return err
 		}
+		m.setNeedRewind(false)
 		// A new cluster starts as a standby without upstream, like every
 		// member: only the elected work promotes.
 		return m.startStandby(opCtx, Member{})
@@ -302,9 +307,7 @@ func (m *Manager) converge(ctx context.Context) error {
 			}
 		}
 		m.rewindFails = 0
-		m.mu.Lock()
-		m.needRewind = false
-		m.mu.Unlock()
+		m.setNeedRewind(false)
 		return m.startStandby(opCtx, leader)
 
 	case !m.pg.Running() && needRewind:
@@ -391,6 +394,17 @@ func (m *Manager) converge(ctx context.Context) error {
 		m.mu.Unlock()
 	}
 	return nil
+}
+
+// setNeedRewind sets needRewind, and the mark that keeps it across a
+// restart of the manager (Postgres.MarkNeedsRewind).
+func (m *Manager) setNeedRewind(on bool) {
+	m.mu.Lock()
+	m.needRewind = on
+	m.mu.Unlock()
+	if err := m.pg.MarkNeedsRewind(on); err != nil {
+		m.log.Warn("needs-rewind mark", zap.Bool("on", on), zap.Error(err))
+	}
 }
 
 func (m *Manager) setUpstream(addr string) {
@@ -697,6 +711,11 @@ func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
 		m.mu.Lock()
 		m.promoting = true
 		m.mu.Unlock()
+		// From here on the data may diverge from the old timeline's: marked
+		// before pg_promote, so that a crash cannot lose it.
+		if err := m.pg.MarkNeedsRewind(true); err != nil {
+			return fmt.Errorf("mark the data as a primary's: %w", err)
+		}
 		m.event("promoting", zap.Uint64("term", term.Token))
 		var ok bool
 		if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -311,6 +312,29 @@ func (p *Postgres) WasPrimary(ctx context.Context) (bool, error) {
 		return f["Latest checkpoint's TimeLineID"] != "1", nil
 	}
 	return false, nil
+}
+
+// MarkNeedsRewind records (on) or clears (off) that the data directory
+// was a primary's and has not been rewound onto a later primary since: it
+// may hold WAL that a member promoted after it never had. The mark is a
+// file next to the data directory, so that it outlives the manager: once
+// the data has run as a standby again, the control file no longer says
+// it was a primary's (WasPrimary).
+func (p *Postgres) MarkNeedsRewind(on bool) error {
+	if !on {
+		if err := os.Remove(p.data + ".needs-rewind"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return os.WriteFile(p.data+".needs-rewind", []byte("this data directory was a primary's: rewind it onto the current primary before it streams or is promoted\n"), 0o644)
+}
+
+// MarkedNeedsRewind reports whether MarkNeedsRewind(true) was the last
+// call on this data directory.
+func (p *Postgres) MarkedNeedsRewind() bool {
+	_, err := os.Stat(p.data + ".needs-rewind")
+	return err == nil
 }
 
 // writeBaseConf appends the settings every member needs to postgresql.conf

@@ -17,8 +17,16 @@ import (
 // be promoted without its row: the former primary, unless it has rewound
 // meanwhile, holds the diverged commit instead of it. Once the crashed
 // member is back, a primary has the row, and both members have it and not
-// the diverged commit.
+// the diverged commit. In the second run the former primary's manager
+// restarts just after the crash: its control file no longer says it was
+// a primary's (it has run as a standby since), and the manager must still
+// know that it needs the rewind.
 func TestRewind_DivergedFormerPrimaryIsNeverPromotedOverNewerHistory(t *testing.T) {
+	t.Run("kept running", func(t *testing.T) { testDivergedFormerPrimary(t, false) })
+	t.Run("manager restarted", func(t *testing.T) { testDivergedFormerPrimary(t, true) })
+}
+
+func testDivergedFormerPrimary(t *testing.T, restart bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, _ := testCluster(t, 2)
@@ -101,6 +109,12 @@ func TestRewind_DivergedFormerPrimaryIsNeverPromotedOverNewerHistory(t *testing.
 	}
 	crashed := time.Now()
 	c.kill(p2.Name)
+	if restart {
+		c.stop(p1.Name, 20*time.Second)
+		if err := c.start(p1.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// The new primary's key expires within TTL + etcd's expiry check of
 	// the crash; then, for as long again and more, nobody may be promoted
