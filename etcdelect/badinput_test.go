@@ -178,10 +178,14 @@ func TestBadInput_EtcdLeaderEntryDetachedFromItsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	elected := make(chan tenure.Term, 1)
+	type win struct {
+		term tenure.Term
+		at   time.Time
+	}
+	elected := make(chan win, 1)
 	go func() {
 		if tb, err := b.Campaign(ctx); err == nil {
-			elected <- tb
+			elected <- win{tb, time.Now()}
 		}
 	}()
 	waitPos(t, b, 1)
@@ -189,9 +193,11 @@ func TestBadInput_EtcdLeaderEntryDetachedFromItsLease(t *testing.T) {
 	if _, err := admin.Put(ctx, ta.Entry, "a"); err != nil { // no lease
 		t.Fatal(err)
 	}
+	var aEnded time.Time
 	select {
 	case <-a.Done():
-		t.Logf("a's term ended %v after its entry was detached: %v", time.Since(detached), a.Err())
+		aEnded = time.Now()
+		t.Logf("a's term ended %v after its entry was detached: %v", aEnded.Sub(detached), a.Err())
 	case <-time.After(ttl):
 		t.Fatalf("a still leads %v after its entry was detached from its lease", ttl)
 	}
@@ -199,9 +205,11 @@ func TestBadInput_EtcdLeaderEntryDetachedFromItsLease(t *testing.T) {
 		t.Fatalf("a's term ended with %v, want ErrOwnershipLost", a.Err())
 	}
 	select {
-	case tb := <-elected:
-		if a.IsLeader() {
-			t.Fatalf("two leaders: a (token %d) and b (token %d)", ta.Token, tb.Token)
+	case eb := <-elected:
+		tb := eb.term
+		t.Logf("b elected %v after the detachment", eb.at.Sub(detached))
+		if !aEnded.Before(eb.at) {
+			t.Fatalf("two leaders: b (token %d) was elected %v before a's term (token %d) ended", tb.Token, aEnded.Sub(eb.at), ta.Token)
 		}
 		if tb.Token <= ta.Token {
 			t.Fatalf("b's token %d is not above a's %d", tb.Token, ta.Token)
