@@ -157,7 +157,7 @@ func TestCronReport(t *testing.T) {
 		// key's first TTL has passed (counted from the job's start, which
 		// is after the acquisition) still find it held, because the
 		// watchdog extended it.
-		if h.Plan.Duration <= 2*demoTTL || builder.Took() < h.Plan.Duration {
+		if builder.Took() <= 2*demoTTL { // held past two TTLs: the watchdog extended it
 			t.Errorf("%s: the long run took %v, want > 2 TTLs (%v)", date, builder.Took(), 2*demoTTL)
 		}
 		afterTTL := 0
