@@ -187,6 +187,14 @@ func (m *Manager) leaderElsewhere() (Member, bool) {
 // step is one pass of the loop (Patroni's HA cycle): it brings PostgreSQL to
 // the state the election asks for, when this member does not lead.
 func (m *Manager) step(ctx context.Context) {
+	// A member stands only while its PostgreSQL runs as a standby: one
+	// whose PostgreSQL is down leaves the queue before the pass repairs
+	// it (a rewind, a copy or a recovery may take long; elected meanwhile,
+	// it would hold the key with no primary). Before taking pgLock: the
+	// elected work, which stopCampaign waits for, may be waiting for it.
+	if !m.pg.Running() {
+		m.stopCampaign()
+	}
 	m.pgLock <- struct{}{}
 	m.mu.Lock()
 	elected, observed := m.elected, m.observed
