@@ -11,10 +11,13 @@ import (
 
 // check verifies invariants 1, 2 and 5 on a lane after its candidates have
 // exited (3 is checked after every fault, 4 by the run). It returns the
-// violations, and how many overlaps were excused: the earlier holder was
-// frozen, or its session was ended on the server by the checker (see
-// expiredOverlap).
-func (l *lane) check(end int64) (vs []violation, excused int) {
+// violations; how many overlaps were excused (the earlier holder was
+// frozen, or its session was ended on the server by the checker: see
+// expiredOverlap); and how many writes of an excused holder, sent after
+// its successor's term began, the register accepted (lateOK). Those came
+// before the successor's first write: after it, the fence refuses them
+// (invariant 1).
+func (l *lane) check(end int64) (vs []violation, excused, lateOK int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
@@ -67,6 +70,7 @@ func (l *lane) check(end int64) (vs []violation, excused int) {
 				}
 				if cont == 0 || time.Duration(ae-cont) <= wokenOverlap {
 					excused++
+					lateOK += l.acceptedSince(a, b.start)
 					continue
 				}
 				vs = append(vs, violation{2, fmt.Sprintf("lane %d: %s's term %d, frozen past its lease, ran until %v after it was resumed (allowed %v), overlapping %s's term %d",
@@ -75,6 +79,7 @@ func (l *lane) check(end int64) (vs []violation, excused int) {
 			}
 			if a.expiredAt != 0 && a.expiredAt <= b.start && time.Duration(ae-b.start) <= expiredOverlap {
 				excused++
+				lateOK += l.acceptedSince(a, b.start)
 				continue
 			}
 			vs = append(vs, violation{2, fmt.Sprintf("lane %d: %s's term %d ran until %v after %s's term %d began",
@@ -98,7 +103,18 @@ func (l *lane) check(end int64) (vs []violation, excused int) {
 	case porcupine.Unknown:
 		vs = append(vs, violation{5, fmt.Sprintf("lane %d: linearizability of %d operations not decided within 60 s", l.idx, len(ops))})
 	}
-	return vs, excused
+	return vs, excused, lateOK
+}
+
+// acceptedSince counts the writes of term a sent at or after since that the
+// register accepted. l.mu must be held.
+func (l *lane) acceptedSince(a *termInfo, since int64) (n int) {
+	for _, o := range l.ops {
+		if o.write && o.proc == a.p.id && o.tok == a.token && o.call >= since && o.res == "ok" {
+			n++
+		}
+	}
+	return n
 }
 
 // The sequential specification of the fenced register: a value and the

@@ -31,6 +31,7 @@ type result struct {
 	faults            []faultRec
 	refused           int // stale writes the register refused
 	excused           int
+	lateOK            int // writes of excused holders the register accepted after their successor began
 	violations        []violation
 	harness           []string
 }
@@ -100,9 +101,10 @@ func doRun(c runConfig) (res result) {
 	res.violations = append(res.violations, r.stopAll()...)
 	end := mono()
 	for _, l := range r.lanes {
-		vs, excused := l.check(end)
+		vs, excused, lateOK := l.check(end)
 		res.violations = append(res.violations, vs...)
 		res.excused += excused
+		res.lateOK += lateOK
 		_, refused := c.reg.history(l.key)
 		res.refused += refused
 		l.mu.Lock()

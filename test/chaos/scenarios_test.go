@@ -15,8 +15,9 @@ import (
 // server ends the session at once, and both the holder and its successor
 // learn it from a watch event. The holder's context ends when its event
 // arrives; its work then stops within StopTimeout (200 ms at the suite's
-// TTL), after at most one more write (writeEvery), and its writes in
-// between are refused by the fence (invariant 1). It is below RenewInterval
+// TTL), after at most one more write (writeEvery). Its writes in between
+// are refused by the fence (invariant 1) once its successor has written;
+// before that they are accepted, and counted (lateOK). It is below RenewInterval
 // (667 ms), so that a holder that learnt of the expiry only from its next
 // renewal, not from the watch, is caught (it was 1 s, which hid that).
 const expiredOverlap = 500 * time.Millisecond
@@ -24,7 +25,8 @@ const expiredOverlap = 500 * time.Millisecond
 // wokenOverlap bounds how long a leader frozen past its lease (SIGSTOP)
 // may work on after it is resumed (SIGCONT): its deadline has passed, so
 // its context ends as soon as it runs, and its work stops within
-// StopTimeout, after its one stale write (refused by the fence). Before it
+// StopTimeout, after its one stale write (refused by the fence once the
+// successor has written, accepted and counted before). Before it
 // was bounded, a holder that demoted seconds late after waking passed.
 const wokenOverlap = 500 * time.Millisecond
 
