@@ -192,13 +192,24 @@ func (lp *lockProc) ticks() (first, last time.Time, child int) {
 }
 
 // signal sends s to the lock program's process group and, when the command
-// runs in a group of its own (tenure exec), to that group too.
+// runs in a group of its own (tenure exec), to that group too. SIGCONT
+// reaches the command first: a paused machine resumes both at once, and
+// a supervisor resumed first could stop its command before the command
+// ran again, which would hide the overlap the benchmark measures.
 func (lp *lockProc) signal(s syscall.Signal) {
 	_, _, child := lp.ticks()
+	toChild := func() {
+		if child != 0 {
+			_ = syscall.Kill(-child, s)
+			_ = syscall.Kill(child, s)
+		}
+	}
+	if s == syscall.SIGCONT {
+		toChild()
+	}
 	_ = syscall.Kill(-lp.cmd.Process.Pid, s)
-	if child != 0 {
-		_ = syscall.Kill(-child, s)
-		_ = syscall.Kill(child, s)
+	if s != syscall.SIGCONT {
+		toChild()
 	}
 }
 
