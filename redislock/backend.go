@@ -374,11 +374,18 @@ if v and string.sub(v, 1, #p) == p then
 end
 return 0
 `)
-	// KEYS: lock. ARGV: random, ttl ms. Extends only the caller's lock.
+	// KEYS: lock. ARGV: random, ttl ms, the holder's value. Extends only
+	// the caller's lock; a value of the caller's with another token (a
+	// master that granted a try late, under its own count) takes the
+	// holder's value, the token its term has.
 	extendScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 local p = ARGV[1] .. ' '
 if v and string.sub(v, 1, #p) == p then
+  if v ~= ARGV[3] then
+    redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+    return 1
+  end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0

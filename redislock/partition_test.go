@@ -395,3 +395,90 @@ func TestRedlock_LateMasterDoesNotChangeTheLeadersToken(t *testing.T) {
 	}
 	t.Logf("holder's token %d; Leader's %d", term.Token, l.Term.Token)
 }
+
+// TestRedlock_LateGrantWhoseReplyIsLostTakesTheHoldersToken: a master
+// slower than MasterTimeout runs the try's script, but its reply comes
+// after the try gave up on it, as an error, so the try cannot correct it.
+// The watchdog's next extension gives that master's value the holder's
+// token. Before, Leader reported the late master's count (1001) for the
+// whole term.
+func TestRedlock_LateGrantWhoseReplyIsLostTakesTheHoldersToken(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	servers, direct := startMasters(t, 3)
+	p, err := faultproxy.New(servers[2].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const key = "late-lost-reply"
+	if err := direct[2].Set(ctx, key+":fence", 1000, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clients := []*redis.Client{defaultClient(t, servers[0].Addr()), defaultClient(t, servers[1].Addr()), defaultClient(t, p.Addr())}
+	b, err := redislock.New(clients, redislock.Options{MasterTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 3 * time.Second
+	// A term on another key first, held past a renewal, loads the
+	// scripts on every master: each call is then one round trip.
+	warm, err := election.New(b, election.Config{Key: key + "-warm", Identity: "w", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := warm.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl/3 + 300*time.Millisecond)
+	if err := warm.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 200 ms each way: the try reaches the slow master after 200 ms,
+	// within the 300 ms bound, and its reply comes back after 400.
+	p.Delay(200 * time.Millisecond)
+	e, err := election.New(b, election.Config{Key: key, Identity: "a", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Setup: the slow master ran the try, under its own count.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		v, _ := direct[2].Get(ctx, key).Result()
+		if strings.Contains(v, " 1001 a") {
+			break
+		}
+		if time.Now().After(deadline) || strings.Contains(v, fmt.Sprintf(" %d a", term.Token)) {
+			f, _ := direct[2].Get(ctx, key+":fence").Result()
+			t.Fatalf("setup: the slow master holds %q (fence %s), want the try's grant under its own count (1001)", v, f)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Within a renewal (TTL/3) and its round trips, Leader agrees with
+	// the holder, read by an observer that reaches every master quickly
+	// (tenure leader elsewhere).
+	observer, err := redislock.New(direct, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l tenure.Leader
+	deadline = time.Now().Add(ttl)
+	for {
+		if l, err = observer.Leader(ctx, key); err == nil && !l.Vacant && l.Term.Token == term.Token {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Leader reports %v (%v) %v after the election; the holder's term is %v (token %d)", l, err, ttl, term, term.Token)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !e.IsLeader() {
+		t.Fatalf("the holder lost its term: %v", e.Err())
+	}
+	v, _ := direct[2].Get(ctx, key).Result()
+	t.Logf("Leader %v; the slow master holds %q", l, v)
+}

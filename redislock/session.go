@@ -206,12 +206,14 @@ func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.D
 }
 
 // lateGrant handles the reply of a try that came after acquire stopped
-// waiting for it (a quorum had granted the try, or the bound passed). Each
-// master counts its own tokens: a master that granted late holds e's key
-// under its own count, which Leader, reading every master, would report
-// when it is the largest. While e holds, that master's value is rewritten
-// to carry e's token, the one its term has. (A grant that came too late for
-// a try that did not win is the campaign's clean-up's: e.unsure.)
+// waiting for it (a quorum had granted the try). Each master counts its
+// own tokens: a master that granted late holds e's key under its own
+// count, which Leader, reading every master, would report when it is the
+// largest. While e holds, that master's value is rewritten at once to
+// carry e's token, the one its term has. (The watchdog's next extension
+// does the same on every master, for a late grant whose reply was lost;
+// a grant that came too late for a try that did not win is the
+// campaign's clean-up's: e.unsure.)
 func (s *session) lateGrant(e *entry, r reply) {
 	if !granted(r) {
 		return
@@ -221,14 +223,22 @@ func (s *session) lateGrant(e *entry, r reply) {
 		return
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.held || e.removed || tok == e.token {
+	held, want := e.held && !e.removed, e.token
+	e.mu.Unlock()
+	if !held || tok == want {
 		return
 	}
-	value := func(tok uint64) string { return e.t.Name + " " + strconv.FormatUint(tok, 10) + " " + e.t.Identity }
+	// Not under e.mu: the master is a slow one, and the watchdog must not
+	// wait for it. The script changes only this exact value: a release or
+	// a later grant meanwhile leaves it alone.
 	ctx, cancel := context.WithTimeout(context.Background(), s.b.masterTimeout(s.ttl))
 	defer cancel()
-	_ = retokenScript.Run(ctx, s.b.masters[r.i], []string{e.t.Key}, value(tok), value(e.token)).Err()
+	_ = retokenScript.Run(ctx, s.b.masters[r.i], []string{e.t.Key}, s.value(e, tok), s.value(e, want)).Err()
+}
+
+// value is the lock value of e under token tok, as acquireScript writes it.
+func (s *session) value(e *entry, tok uint64) string {
+	return e.t.Name + " " + strconv.FormatUint(tok, 10) + " " + e.t.Identity
 }
 
 // releaseMode says what a release does besides deleting the key.
@@ -584,7 +594,7 @@ func (s *session) extend(ctx context.Context, e *entry) error {
 	b := s.b
 	ttlMs := strconv.FormatInt(s.ttl.Milliseconds(), 10)
 	rs := b.fanOut(ctx, b.masterTimeout(s.ttl), func(r reply) bool { return r.err == nil && r.val.(int64) == 1 }, nil, func(ctx context.Context, c *redis.Client) (any, error) {
-		return extendScript.Run(ctx, c, []string{e.t.Key}, e.t.Name, ttlMs).Int64()
+		return extendScript.Run(ctx, c, []string{e.t.Key}, e.t.Name, ttlMs, s.value(e, e.token)).Int64()
 	})
 	ok, notOurs := 0, 0
 	for _, r := range rs {
