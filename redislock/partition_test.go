@@ -482,3 +482,101 @@ func TestRedlock_LateGrantWhoseReplyIsLostTakesTheHoldersToken(t *testing.T) {
 	v, _ := direct[2].Get(ctx, key).Result()
 	t.Logf("Leader %v; the slow master holds %q", l, v)
 }
+
+// TestCampaign_SplitVoteWithAMasterDownStillElectsOne: three masters, the
+// third down, so that a quorum needs both others; two candidates, each
+// next to one of them and 5 ms from the other, campaign at the same
+// moment. Each takes its near master, finds the other's key on the far
+// one and undoes its share, which wakes the other. Retrying at once, they
+// split the same way again, for as long as the master is down. One must
+// lead within 3 s (the first round includes opening the sessions).
+func TestCampaign_SplitVoteWithAMasterDownStillElectsOne(t *testing.T) {
+	ctx := ctxT(t, 120*time.Second)
+	servers, _ := startMasters(t, 3)
+	var backends []*redislock.Backend
+	var down []*faultproxy.Proxy
+	for i := range 2 {
+		var clients []*redis.Client
+		for j, s := range servers {
+			px, err := faultproxy.New(s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { px.Close() })
+			if i != j {
+				px.Delay(5 * time.Millisecond)
+			}
+			if j == 2 {
+				down = append(down, px)
+			}
+			clients = append(clients, client(t, px.Addr()))
+		}
+		b, err := redislock.New(clients, redislock.Options{MasterTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends = append(backends, b)
+	}
+	for _, px := range down {
+		px.Refuse()
+	}
+	defer func() {
+		// go-redis redials a refused master every second, in goroutines
+		// that end at their next try once the client is closed: let that
+		// try succeed before the leak check.
+		for _, px := range down {
+			_ = px.Listen()
+		}
+		time.Sleep(1100 * time.Millisecond)
+	}()
+	const rounds = 10
+	var worst time.Duration
+	for r := range rounds {
+		key := fmt.Sprintf("split-down-%d", r)
+		var es []*election.Elector
+		for i, b := range backends {
+			e, err := election.New(b, election.Config{Key: key, Identity: fmt.Sprint(i), TTL: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(context.Background())
+			if _, err := e.Leader(ctx); err != nil { // the backend answers
+				t.Fatal(err)
+			}
+			es = append(es, e)
+		}
+		start := make(chan struct{})
+		won := make(chan *election.Elector, 2)
+		cctx, cancel := context.WithCancel(ctx)
+		for _, e := range es {
+			go func() {
+				<-start
+				if _, err := e.Campaign(cctx); err == nil {
+					won <- e
+				}
+			}()
+		}
+		t0 := time.Now()
+		close(start)
+		select {
+		case e := <-won:
+			worst = max(worst, time.Since(t0))
+			if err := e.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case e := <-won: // the other leads next
+				if err := e.Resign(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: the second candidate did not lead within 5 s of the first's resignation", r)
+			}
+		case <-time.After(3 * time.Second):
+			cancel()
+			t.Fatalf("round %d: neither of two simultaneous campaigns led within 3 s, with one master of three down", r)
+		}
+		cancel()
+	}
+	t.Logf("%d rounds; the first leader came at most %v after the start", rounds, worst.Round(time.Millisecond))
+}

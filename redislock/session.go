@@ -364,7 +364,7 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 		if err := s.alive(); err != nil {
 			return t, err
 		}
-		ok, wait, _, err := s.acquire(ctx, e)
+		ok, wait, split, err := s.acquire(ctx, e)
 		if ok {
 			t.Token = e.token
 			return t, nil
@@ -387,8 +387,36 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 				sub.want.Store(&t.Name)
 				defer sub.want.Store(nil)
 				wake = sub.ch
-				continue
+				if !split {
+					continue
+				}
 			}
+		}
+		if err == nil && split {
+			// A split vote: candidates that tried at the same moment each
+			// took some masters, none a quorum, and undid their share,
+			// which wakes the others. Tried again at once, the masters
+			// split the same way again (with one of three down, for as
+			// long as it is down). Try again after a random pause, as
+			// Redlock does, and let no wake-up cut it short: the first to
+			// wake takes the key.
+			timer := time.NewTimer(time.Duration(mrand.Int64N(int64(splitPause))))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return t, ctx.Err()
+			case <-s.Done():
+				timer.Stop()
+				return t, s.Err()
+			case <-e.heldCh:
+			case <-timer.C:
+			}
+			timer.Stop()
+			select {
+			case <-wake: // the undo's, or a release's: the try below sees it
+			default:
+			}
+			continue
 		}
 		switch {
 		case wait > 0 && wait < s.ttl:
