@@ -21,20 +21,24 @@ var (
 	benchContenders = flag.String("bench.contenders", "2,10,100", "comma-separated contender counts of the handoff benchmarks (make bench adds 1000)")
 	benchBigCount   = flag.Int("bench.big", 200, "timed handoffs at 1,000 or more contenders, when fewer than -benchtime's count")
 	benchBigWarm    = flag.Int("bench.bigwarm", 50, "untimed warm-up handoffs at 1,000 or more contenders, when fewer than -zkbench.warmup")
-	benchRepeat     = flag.Int("bench.repeat", 1, "rounds of the handoff benchmarks per contender count: each round runs every implementation once, the order rotated by one per round (benchreport reports each figure's median over the rounds)")
+	benchRepeat     = flag.Int("bench.repeat", 1, "rounds of the handoff benchmarks per contender count: each round runs every implementation once, the order rotated by one per round and reversed every other round (benchreport reports each figure's median over the rounds)")
 )
 
 // interleaved runs the handoff sub-benchmarks for n contenders: one
 // "impl=<name>/contenders=<n>" per implementation, in -bench.repeat rounds
 // ("/round=<r>" added when there is more than one). Each round starts one
-// implementation later than the round before, so that none always runs
-// first (on the coldest server) or always right after the same peer, and a
-// slow spell of a shared machine falls on different implementations in
-// different rounds.
+// implementation later than the round before, and every other round runs
+// them in reverse, so that none always runs first (on the coldest server)
+// or always right after the same peer (a rotation alone keeps every
+// implementation's predecessor), and a slow spell of a shared machine
+// falls on different implementations in different rounds.
 func interleaved[I any](b *testing.B, n int, impls []I, name func(I) string, run func(*testing.B, I)) {
 	rounds := max(*benchRepeat, 1)
 	for r := range rounds {
 		for k := range impls {
+			if r%2 == 1 {
+				k = len(impls) - 1 - k
+			}
 			im := impls[(k+r)%len(impls)]
 			sub := fmt.Sprintf("impl=%s/contenders=%d", name(im), n)
 			if rounds > 1 {

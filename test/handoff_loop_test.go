@@ -59,6 +59,7 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 	st := &handoffState{lats: make([]time.Duration, 0, count), acquired: make(chan struct{})}
 	start := make(chan struct{})    // closed when every contender is queued
 	warmed := make(chan struct{})   // closed after the warm-up handoffs
+	begun := make(chan struct{})    // closed once h.begin has read the counters
 	finished := make(chan struct{}) // closed after the last timed handoff
 	var finishOnce, warmOnce sync.Once
 	finish := func() { finishOnce.Do(func() { close(finished) }) }
@@ -104,6 +105,16 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 				}
 				if st.handoffs == warm {
 					warmOnce.Do(func() { close(warmed) })
+					// The first timed release waits until the cost
+					// counters are read, so that they cover every timed
+					// handoff (untimed: its release time is read after).
+					st.mu.Unlock()
+					select {
+					case <-begun:
+					case <-ctx.Done():
+						return
+					}
+					st.mu.Lock()
 				}
 				if st.handoffs >= warm+count {
 					st.mu.Unlock()
@@ -182,6 +193,7 @@ func (h handoffLoop) run(b *testing.B, ctx context.Context, cancel context.Cance
 	if h.begin != nil {
 		h.begin(b)
 	}
+	close(begun)
 	b.ResetTimer()
 	if !awaitFinished(ctx, st, finished) {
 		b.StopTimer()

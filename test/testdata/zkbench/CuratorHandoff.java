@@ -30,12 +30,17 @@
 //	error TEXT     a failure (two holders at once, an exception); exit code 1
 //	ok             clean end: every client closed
 //
+// On stdin, one line each: "go" after "start" (the benchmark has read its
+// counters: the first timed release waits for it), "stop" after
+// "finished" (the benchmark has read them again: only then do the
+// waiters stop and the clients close, whose requests must not count).
 // Closing stdin aborts the run: the driver closes its clients and exits 2.
 // Curator's and ZooKeeper's own logging goes to stderr at WARN.
 import java.io.BufferedOutputStream;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;
-import java.io.InputStream;
 import java.io.PrintStream;
 import java.util.ArrayList;
 import java.util.List;
@@ -69,6 +74,8 @@ public class CuratorHandoff {
     static final AtomicInteger holders = new AtomicInteger(); // must stay ≤ 1
     static final CountDownLatch start = new CountDownLatch(1);
     static final CountDownLatch finished = new CountDownLatch(1); // the last handoff, a failure, or an abort
+    static final CountDownLatch go = new CountDownLatch(1);       // "go" on stdin, a failure, or an abort
+    static final CountDownLatch stop = new CountDownLatch(1);     // "stop" on stdin, a failure, or an abort
     static volatile boolean stopping;
     static final AtomicReference<String> failure = new AtomicReference<>();
     static volatile boolean aborted;
@@ -77,6 +84,8 @@ public class CuratorHandoff {
         failure.compareAndSet(null, why);
         say("error " + why.replace('\n', ' '));
         finished.countDown();
+        go.countDown();
+        stop.countDown();
     }
 
     static CuratorFramework client(String connect, int sessionMs) throws InterruptedException {
@@ -115,6 +124,7 @@ public class CuratorHandoff {
                     }
                     if (handoffs == warmup) {
                         say("start"); // before the release time is read: not timed
+                        go.await();   // the benchmark reads its counters first
                     }
                     if (handoffs >= warmup + count) {
                         say("finished");
@@ -150,8 +160,13 @@ public class CuratorHandoff {
         // Closing stdin (the benchmark giving up) aborts the run.
         Thread stdin = new Thread(() -> {
             try {
-                InputStream in = System.in;
-                while (in.read() >= 0) {
+                BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+                for (String line; (line = in.readLine()) != null; ) {
+                    if (line.equals("go")) {
+                        go.countDown();
+                    } else if (line.equals("stop")) {
+                        stop.countDown();
+                    }
                 }
             } catch (Exception e) {
             }
@@ -200,6 +215,7 @@ public class CuratorHandoff {
                     }
                     say("progress " + k);
                 }
+                stop.await(60, TimeUnit.SECONDS); // the benchmark reads its counters first
             }
         } catch (Exception e) {
             fail("driver: " + e);

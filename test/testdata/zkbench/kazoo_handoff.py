@@ -25,8 +25,11 @@ Protocol on stdout, one line each (the same as CuratorHandoff.java):
     error TEXT     a failure (two holders at once, an exception); exit code 1
     ok             clean end: every client closed
 
-Closing stdin aborts the run: the driver closes its clients and exits 2.
-kazoo's own logging goes to stderr at WARNING.
+On stdin, one line each: "go" after "start" (the benchmark has read its
+counters: the first timed release waits for it), "stop" after "finished"
+(the benchmark has read them again: only then do the waiters stop and the
+clients close, whose requests must not count). Closing stdin aborts the
+run: the driver closes its clients and exits 2. kazoo's own logging goes to stderr at WARNING.
 """
 
 import logging
@@ -63,6 +66,8 @@ class State:
         self.holders_mu = threading.Lock()
         self.start = threading.Event()
         self.finished = threading.Event()  # the last handoff, a failure, or an abort
+        self.go = threading.Event()  # "go" on stdin, a failure, or an abort
+        self.stop = threading.Event()  # "stop" on stdin, a failure, or an abort
         self.stopping = False
         self.failure = None
         self.aborted = False
@@ -73,6 +78,8 @@ class State:
                 self.failure = why
         say("error " + why.replace("\n", " "))
         self.finished.set()
+        self.go.set()
+        self.stop.set()
 
 
 def contend(st, i, lock):
@@ -100,6 +107,7 @@ def contend(st, i, lock):
                     st.handoffs += 1
                 if st.handoffs == st.warmup:
                     say("start")  # before the release time is read: not timed
+                    st.go.wait()  # the benchmark reads its counters first
                 if st.handoffs >= st.warmup + st.count:
                     say("finished")
                     st.finished.set()  # keep the lock: nobody else may win after this
@@ -131,8 +139,11 @@ def main():
     def watch_stdin():
         # Closing stdin (the benchmark giving up) aborts the run.
         try:
-            while sys.stdin.buffer.read(4096):
-                pass
+            for line in sys.stdin:
+                if line.strip() == "go":
+                    st.go.set()
+                elif line.strip() == "stop":
+                    st.stop.set()
         except Exception:  # noqa: BLE001
             pass
         if not st.stopping:
@@ -173,6 +184,7 @@ def main():
                 with st.mu:
                     k = st.handoffs
                 say("progress %d" % k)
+            st.stop.wait(60)  # the benchmark reads its counters first
     except Exception as e:  # noqa: BLE001
         st.fail("driver: %r" % (e,))
     finally:
