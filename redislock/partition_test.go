@@ -580,3 +580,59 @@ func TestCampaign_SplitVoteWithAMasterDownStillElectsOne(t *testing.T) {
 	}
 	t.Logf("%d rounds; the first leader came at most %v after the start", rounds, worst.Round(time.Millisecond))
 }
+
+// TestWaitHead_HolderWithAQuorumIsNoSplitVote: a holder keeps the key on
+// two masters of three after the third lost it (a restart without
+// persistence). A waiter's try takes that third master and is refused by
+// the others: some masters, no quorum, but no split vote. The waiter must
+// wait for the holder's key, not try again every few tens of ms for the
+// holder's whole term (each try draws a token on the third master).
+func TestWaitHead_HolderWithAQuorumIsNoSplitVote(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	_, clients := startMasters(t, 3)
+	b, err := redislock.New(clients, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key, ttl = "quorum-holder", 3 * time.Second
+	elector := func(id string) *election.Elector {
+		e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	h, w := elector("h"), elector("w")
+	if _, err := h.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := clients[2].Del(ctx, key).Err(); err != nil { // the third master lost it
+		t.Fatal(err)
+	}
+	before, err := clients[2].Get(ctx, key+":fence").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := w.Campaign(wctx); done <- err }()
+	time.Sleep(1500 * time.Millisecond)
+	after, err := clients[2].Get(ctx, key+":fence").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := <-done; err == nil {
+		t.Fatal("the waiter was elected while the holder held a quorum")
+	}
+	if !h.IsLeader() {
+		t.Fatalf("the holder lost its term: %v", h.Err())
+	}
+	// Its first try, and perhaps one when a wake-up comes: not one every
+	// splitPause.
+	if tries := after - before; tries > 3 {
+		t.Fatalf("the waiter tried %d times in 1.5 s on the master the holder had lost (tokens %d → %d), want at most 3", tries, before, after)
+	}
+	t.Logf("the waiter tried %d time(s) in 1.5 s", after-before)
+}

@@ -375,6 +375,15 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 		if ctx.Err() != nil {
 			return t, ctx.Err()
 		}
+		if err == nil && split {
+			// A holder that has a quorum, with a master that lost its key,
+			// is no split vote (as in Ahead): wait for it as for any
+			// holder, not by trying again every splitPause for its whole
+			// term.
+			if l, lerr := s.b.Leader(ctx, t.Key); lerr == nil && !l.Vacant {
+				split = false
+			}
+		}
 		if err != nil {
 			wait = retryPause
 		} else if sub == nil {
