@@ -369,6 +369,25 @@ func TestExec_NestedLeaderReportsTheEnclosingLock(t *testing.T) {
 	t.Run("redis", func(t *testing.T) { test(t, env{"redis", redisEndpoint}) })
 }
 
+// TestExec_NestedCallOnAnotherBackendDoesNotTakeTheEndpoints: inside an
+// etcd tenure exec, a tenure call on another backend without --endpoints
+// must not dial the outer call's etcd endpoints (TENURE_ENDPOINTS) with
+// its own protocol, but its backend's default.
+func TestExec_NestedCallOnAnotherBackendDoesNotTakeTheEndpoints(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	inner := os.Args[0] + " leader --backend redis --key other --dial-timeout 1s > " + path(dir, "out") + " 2>&1; echo $? > " + path(dir, "rc")
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", inner)...)
+	waitFile(t, path(dir, "rc"), 10*time.Second)
+	out, _ := os.ReadFile(path(dir, "out"))
+	if strings.Contains(string(out), v.endpoint) {
+		t.Fatalf("tenure leader --backend redis inside an etcd tenure exec dialed the etcd endpoint %s: %q", v.endpoint, out)
+	}
+	if code := a.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("the outer call exited %d; stderr: %s", code, a.stderr)
+	}
+}
+
 // TestExec_NestedCallDoesNotInheritTheKey: TENURE_KEY, TENURE_IDENTITY and
 // TENURE_BACKEND in a command's environment describe the lock its tenure
 // exec holds; a tenure call inside it must not take them as its own flags

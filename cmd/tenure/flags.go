@@ -80,6 +80,11 @@ func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
+	fs.Visit(func(f *flag.Flag) { // the flags on the command line
+		if e, ok := f.Value.(*endpointsFlag); ok {
+			e.flagged = true
+		}
+	})
 	fs.SetOutput(help)
 	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
@@ -95,8 +100,9 @@ func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 // the flag nor TENURE_ENDPOINTS was given, the backend's default port on
 // this host (validate fills it in).
 type endpointsFlag struct {
-	list string
-	set  bool
+	list    string
+	set     bool
+	flagged bool // set on the command line, not only from TENURE_ENDPOINTS
 }
 
 func (f *endpointsFlag) String() string { return f.list }
@@ -113,6 +119,14 @@ var defaultEndpoints = map[string]string{
 	"redis":     "127.0.0.1:6379",
 }
 
+// canonicalBackend is the backend name --backend's value stands for.
+func canonicalBackend(name string) string {
+	if name == "zk" {
+		return "zookeeper"
+	}
+	return name
+}
+
 func (c *common) validate() error {
 	switch c.backend {
 	case "etcd":
@@ -121,6 +135,12 @@ func (c *common) validate() error {
 	case "redis":
 	default:
 		return fmt.Errorf("unknown backend %q (supported: etcd, zk, redis)", c.backend)
+	}
+	// TENURE_ENDPOINTS names servers of TENURE_BACKEND's backend, when
+	// that is set too (tenure exec sets both for its command): a call on
+	// another backend does not dial them.
+	if env, ok := os.LookupEnv("TENURE_BACKEND"); ok && c.endpoints.set && !c.endpoints.flagged && canonicalBackend(env) != c.backend {
+		c.endpoints.set = false
 	}
 	if !c.endpoints.set {
 		c.endpoints.list = defaultEndpoints[c.backend]
