@@ -28,7 +28,8 @@ import (
 //
 // Gauges are computed when Prometheus scrapes. A closed Elector's series
 // are collected one last time (its final counts: the next scrape, or
-// prometheus.WriteToTextfile after Close), then dropped. Create one
+// prometheus.WriteToTextfile after Close), then dropped; a new Elector on
+// the same key before that collection counts on from them. Create one
 // Metrics per registry; it is safe for concurrent use.
 type Metrics struct {
 	transitions *prometheus.CounterVec
@@ -158,8 +159,12 @@ func (m *Metrics) add(e *Elector) error {
 	k := metricsKey{e.cfg.Key, e.b.Name()}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.retired[k] { // closed, and not collected since: its counts go now
-		m.dropLocked(k)
+	if m.retired[k] {
+		// Closed, and not collected since: the new Elector takes over the
+		// key's series, and their counts go on from the closed one's.
+		delete(m.retired, k)
+		m.electors[k] = e
+		return nil
 	}
 	if _, dup := m.electors[k]; dup {
 		return fmt.Errorf("%w: metrics: another Elector already reports key %q on %s", tenure.ErrInvalidConfig, k.key, k.backend)
@@ -171,7 +176,8 @@ func (m *Metrics) add(e *Elector) error {
 // remove retires e (at Close): the next Collect reports it one last
 // time, its final counts, and then drops its key's series. A process that
 // locks a key per job, one Elector each, would otherwise keep every key's
-// counters and histograms for its whole life. A later Elector on the key
+// counters and histograms for its whole life. A new Elector on the key
+// before that Collect takes the series over and counts on; one after it
 // starts them again from zero, which Prometheus's rate() reads as a
 // counter reset.
 func (m *Metrics) remove(e *Elector) {

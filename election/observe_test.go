@@ -330,6 +330,51 @@ func TestMetrics_ClosedElectorsLeaveNoSeries(t *testing.T) {
 	if n := series()[key+"/job-0"]; n != liveSeries {
 		t.Errorf("a new Elector on a closed key has %d series, want %d", n, liveSeries)
 	}
+
+	// A new Elector on a key closed and not collected since takes its
+	// series over: the counts go on, none is lost.
+	elected := func(k string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "tenure_transitions_total" {
+				continue
+			}
+			for _, s := range mf.GetMetric() {
+				var ok, why bool
+				for _, l := range s.GetLabel() {
+					ok = ok || l.GetName() == "key" && l.GetValue() == k
+					why = why || l.GetName() == "reason" && l.GetValue() == "elected"
+				}
+				if ok && why {
+					return s.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	k := key + "/again"
+	for i := range 2 {
+		e, err := election.New(srv.Client(), election.Config{Key: k, Identity: "worker", TTL: 3 * time.Second}, election.WithMetrics(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Campaign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := e.Close(ctx); err != nil { // retired, not collected
+				t.Fatal(err)
+			}
+		} else {
+			defer e.Close(ctx)
+		}
+	}
+	if n := elected(k); n != 2 {
+		t.Errorf("elections counted on a key whose Elector was closed and replaced before a scrape: %v, want 2", n)
+	}
 }
 
 func total(by map[string]int) (n int) {

@@ -65,7 +65,9 @@ If leadership is lost while CMD runs (the lease could not be renewed), CMD
 gets SIGTERM and, --grace later, SIGKILL, both before the server can
 expire the lease and elect another holder; what CMD leaves running gets
 its SIGKILL by the same deadline, even if CMD exits before it. tenure then
-exits 4. If tenure
+exits 4. (On ZooKeeper, a leader whose server is a follower cut off from
+the leader server just after a renewal can outlive its session by up to
+RenewInterval + tickTime/2 - DeadlineMargin: docs/zookeeper.md.) If tenure
 itself is killed, the kernel kills CMD, and a guard process (tenure
 __guard) kills what is left of CMD's process group.
 
@@ -206,16 +208,19 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 			}
 		}()
 	}
+	defer stop.do(func(ctx context.Context) error { return e.Close(ctx) })
 	if f.metricsAddr != "" {
-		stop, err := serveHTTP(f.metricsAddr, e.Handler(served))
+		stopServing, err := serveHTTP(f.metricsAddr, e.Handler(served))
 		if err != nil {
 			fmt.Fprintf(stderr, "tenure exec: --metrics-addr: %s\n", oneLine(err))
-			_ = e.Close(context.Background())
 			return exitUsage
 		}
-		defer stop()
+		// Registered after the Close above, so it runs before it: a
+		// scrape after the Close would take the closed Elector's series
+		// (they are collected once more, then dropped), and the file
+		// would lack them.
+		defer stopServing()
 	}
-	defer stop.do(func(ctx context.Context) error { return e.Close(ctx) })
 
 	var term tenure.Term
 	if f.noWait {
@@ -355,11 +360,15 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// The term may have ended since Campaign returned (the lease's
 	// deadline passed while tenure was descheduled, say): CMD must not
 	// start then, not even for the moment before the loss is acted on.
-	select {
-	case <-e.Done():
-		fmt.Fprintf(stderr, "tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], oneLine(e.Err()))
+	// IsLeader reads the deadline itself, before the lease's timer has
+	// fired and closed Done.
+	if !e.IsLeader() {
+		why := "the lease deadline passed"
+		if err := e.Err(); err != nil {
+			why = oneLine(err)
+		}
+		fmt.Fprintf(stderr, "tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], why)
 		return exitLostLead
-	default:
 	}
 	if err := cmd.Start(); err != nil {
 		release()
