@@ -32,8 +32,9 @@
 //
 //   - Acquire: a Lua script that runs SET key value NX PX ttl, where value
 //     is "<random 128-bit hex> <token> <identity>" (a fresh random part per
-//     acquisition), after INCR on the key's counter "<key>:fence" for the
-//     token, and PUBLISHes on the key's channel.
+//     campaign; the tries of one campaign share it), after INCR on the
+//     key's counter "<key>:fence" for the token, and PUBLISHes on the
+//     key's channel.
 //   - Release and extend: Lua compare-and-delete and compare-and-pexpire on
 //     the random part, so nobody deletes or extends someone else's lock.
 //   - Watchdog: the session extends every held key every RenewInterval
