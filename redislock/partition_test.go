@@ -13,6 +13,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/internal/faultproxy"
+	"github.com/tenure-go/tenure/internal/redisserver"
 	"github.com/tenure-go/tenure/redislock"
 )
 
@@ -149,43 +150,10 @@ func TestTryCampaign_SplitVoteStillElectsOne(t *testing.T) {
 	ctx := ctxT(t, 120*time.Second)
 	servers, _ := startMasters(t, 3)
 	const contenders, rounds = 3, 20
-	var backends []*redislock.Backend
-	for i := range contenders {
-		var clients []*redis.Client
-		for j, s := range servers {
-			px, err := faultproxy.New(s.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { px.Close() })
-			if i != j {
-				px.Delay(5 * time.Millisecond)
-			}
-			clients = append(clients, client(t, px.Addr()))
-		}
-		// A generous bound per master: this test is about split votes,
-		// not slow masters, on a machine that may be loaded.
-		b, err := redislock.New(clients, redislock.Options{MasterTimeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		backends = append(backends, b)
-	}
+	backends, _ := nearBackends(t, servers, contenders)
 	retried := 0
 	for r := range rounds {
-		key := fmt.Sprintf("split-%d", r)
-		var es []*election.Elector
-		for i, b := range backends {
-			e, err := election.New(b, election.Config{Key: key, Identity: fmt.Sprint(i), TTL: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close(context.Background())
-			if _, err := e.Leader(ctx); err != nil { // the backend answers
-				t.Fatal(err)
-			}
-			es = append(es, e)
-		}
+		es := electorsOn(t, ctx, backends, fmt.Sprintf("split-%d", r), 2*time.Second)
 		start := make(chan struct{})
 		type result struct {
 			err  error
@@ -493,30 +461,8 @@ func TestRedlock_LateGrantWhoseReplyIsLostTakesTheHoldersToken(t *testing.T) {
 func TestCampaign_SplitVoteWithAMasterDownStillElectsOne(t *testing.T) {
 	ctx := ctxT(t, 120*time.Second)
 	servers, _ := startMasters(t, 3)
-	var backends []*redislock.Backend
-	var down []*faultproxy.Proxy
-	for i := range 2 {
-		var clients []*redis.Client
-		for j, s := range servers {
-			px, err := faultproxy.New(s.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { px.Close() })
-			if i != j {
-				px.Delay(5 * time.Millisecond)
-			}
-			if j == 2 {
-				down = append(down, px)
-			}
-			clients = append(clients, client(t, px.Addr()))
-		}
-		b, err := redislock.New(clients, redislock.Options{MasterTimeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		backends = append(backends, b)
-	}
+	backends, proxies := nearBackends(t, servers, 2)
+	down := []*faultproxy.Proxy{proxies[0][2], proxies[1][2]}
 	for _, px := range down {
 		px.Refuse()
 	}
@@ -532,19 +478,7 @@ func TestCampaign_SplitVoteWithAMasterDownStillElectsOne(t *testing.T) {
 	const rounds = 10
 	var worst time.Duration
 	for r := range rounds {
-		key := fmt.Sprintf("split-down-%d", r)
-		var es []*election.Elector
-		for i, b := range backends {
-			e, err := election.New(b, election.Config{Key: key, Identity: fmt.Sprint(i), TTL: 3 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close(context.Background())
-			if _, err := e.Leader(ctx); err != nil { // the backend answers
-				t.Fatal(err)
-			}
-			es = append(es, e)
-		}
+		es := electorsOn(t, ctx, backends, fmt.Sprintf("split-down-%d", r), 3*time.Second)
 		start := make(chan struct{})
 		won := make(chan *election.Elector, 2)
 		cctx, cancel := context.WithCancel(ctx)
@@ -635,4 +569,56 @@ func TestWaitHead_HolderWithAQuorumIsNoSplitVote(t *testing.T) {
 		t.Fatalf("the waiter tried %d times in 1.5 s on the master the holder had lost (tokens %d → %d), want at most 3", tries, before, after)
 	}
 	t.Logf("the waiter tried %d time(s) in 1.5 s", after-before)
+}
+
+// nearBackends returns n backends on servers, the i-th next to the i-th
+// server and 5 ms from the others (one Redis per node), each server
+// reached through a proxy of its own (proxies[i][j]: backend i to server
+// j).
+func nearBackends(t *testing.T, servers []*redisserver.Server, n int) (backends []*redislock.Backend, proxies [][]*faultproxy.Proxy) {
+	t.Helper()
+	for i := range n {
+		var clients []*redis.Client
+		var pxs []*faultproxy.Proxy
+		for j, s := range servers {
+			px, err := faultproxy.New(s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { px.Close() })
+			if i != j {
+				px.Delay(5 * time.Millisecond)
+			}
+			pxs = append(pxs, px)
+			clients = append(clients, client(t, px.Addr()))
+		}
+		// A generous bound per master: these tests are about split
+		// votes, not slow masters, on a machine that may be loaded.
+		b, err := redislock.New(clients, redislock.Options{MasterTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends = append(backends, b)
+		proxies = append(proxies, pxs)
+	}
+	return backends, proxies
+}
+
+// electorsOn returns one elector per backend on key, identities "0", "1",
+// ..., each closed when the test ends, once its backend has answered.
+func electorsOn(t *testing.T, ctx context.Context, backends []*redislock.Backend, key string, ttl time.Duration) []*election.Elector {
+	t.Helper()
+	var es []*election.Elector
+	for i, b := range backends {
+		e, err := election.New(b, election.Config{Key: key, Identity: fmt.Sprint(i), TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		if _, err := e.Leader(ctx); err != nil { // the backend answers
+			t.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	return es
 }

@@ -401,7 +401,9 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 				}
 			}
 		}
-		if err == nil && split {
+		pause := err == nil && split
+		switch {
+		case pause:
 			// A split vote: candidates that tried at the same moment each
 			// took some masters, none a quorum, and undid their share,
 			// which wakes the others. Tried again at once, the masters
@@ -409,31 +411,17 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 			// long as it is down). Try again after a random pause, as
 			// Redlock does, and let no wake-up cut it short: the first to
 			// wake takes the key.
-			timer := time.NewTimer(time.Duration(mrand.Int64N(int64(splitPause))))
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return t, ctx.Err()
-			case <-s.Done():
-				timer.Stop()
-				return t, s.Err()
-			case <-e.heldCh:
-			case <-timer.C:
-			}
-			timer.Stop()
-			select {
-			case <-wake: // the undo's, or a release's: the try below sees it
-			default:
-			}
-			continue
-		}
-		switch {
+			wait = time.Duration(mrand.Int64N(int64(splitPause)))
 		case wait > 0 && wait < s.ttl:
 			wait += time.Millisecond // the key is gone by then
 		case wait <= 0:
 			wait = s.b.opts.PollInterval // held without an expiry (not tenure's), or no answer
 		default:
 			wait = s.ttl
+		}
+		woken, kicked := wake, e.kick
+		if pause {
+			woken, kicked = nil, nil
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -444,9 +432,15 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 			timer.Stop()
 			return t, s.Err()
 		case <-e.heldCh: // Ahead took it meanwhile
-		case <-e.kick:
-		case <-wake:
+		case <-kicked:
+		case <-woken:
 		case <-timer.C:
+		}
+		if pause {
+			select {
+			case <-wake: // the undo's, or a release's: the try below sees it
+			default:
+			}
 		}
 		timer.Stop()
 	}

@@ -214,11 +214,7 @@ trap 'sleep 1.2; exit 0' TERM; echo $$ > ` + pidFile + `; while :; do sleep 0.01
 // that the holder exited 4 saying why, and that the successor ran.
 func cutOff(t *testing.T, v env, grace string, script func(alive, pidFile string) string) {
 	key, dir := v.key(t), dirT(t)
-	proxy, err := faultproxy.New(v.endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := newProxy(t, v.endpoint)
 	alive := path(dir, "alive")
 	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "3s", "--grace", grace, "--",
 		"sh", "-c", script(alive, path(dir, "a-pid")))...)
@@ -252,11 +248,7 @@ func cutOff(t *testing.T, v env, grace string, script func(alive, pidFile string
 func TestExec_TermLostBeforeStartDoesNotRunCMD(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
-	proxy, err := faultproxy.New(v.endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := newProxy(t, v.endpoint)
 	cmd := tenureCmd(append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "2s", "--",
 		"sh", "-c", `date +%s%N > `+path(dir, "a-ran"))...)
 	cmd.Env = append(cmd.Env, "TENURE_TEST_HOLD_BEFORE_START="+dir)
@@ -422,11 +414,7 @@ func TestExec_NestedCallDoesNotInheritTheKey(t *testing.T) {
 func TestExec_ExitsInTimeWhenTheBackendHangs(t *testing.T) {
 	v := env{"redis", redisEndpoint}
 	key, dir := v.key(t), dirT(t)
-	proxy, err := faultproxy.New(v.endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := newProxy(t, v.endpoint)
 	// TTL 1 s: the clean-up timeout. go-redis reads for up to 3 s per
 	// command whatever the ctx, and the shutdown has several steps.
 	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "1s", "--grace", "200ms", "--",
@@ -640,11 +628,7 @@ echo "$z $o" > ` + path(dir, "count")
 func TestExec_CutOffWithStderrBlockedStillKillsByTheDeadline(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
-	proxy, err := faultproxy.New(v.endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := newProxy(t, v.endpoint)
 	alive := path(dir, "alive")
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -724,4 +708,15 @@ func TestExec_NestedCallDoesNotInheritTheMetricsSettings(t *testing.T) {
 	if b, err := os.ReadFile(metricsFile); err != nil || !strings.Contains(string(b), "tenure_") {
 		t.Errorf("the outer call's metrics file: %v, %d bytes; want its metrics; stderr %s", err, len(b), a.stderr)
 	}
+}
+
+// newProxy returns a fault proxy to endpoint, closed when the test ends.
+func newProxy(t *testing.T, endpoint string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }

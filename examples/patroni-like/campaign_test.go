@@ -20,20 +20,7 @@ func TestCampaign_WithdrawnWhileItsPostgreSQLIsDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, _ := testCluster(t, 2)
-	startAll(t, c)
-	p1, err := c.waitPrimary(ctx, 90*time.Second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	standby := ""
-	for _, n := range c.names() {
-		if n != p1.Name {
-			standby = n
-		}
-	}
-	if err := c.waitReplica(ctx, 90*time.Second, standby); err != nil {
-		t.Fatal(err)
-	}
+	_, standby := twoMembers(ctx, t, c)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -75,4 +62,25 @@ func TestCampaign_WithdrawnWhileItsPostgreSQLIsDown(t *testing.T) {
 	if err := c.waitReplica(ctx, 60*time.Second, standby); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// twoMembers starts the two members of c and waits for one to be primary
+// and the other to stream from it; it returns the primary's status and
+// the standby's name.
+func twoMembers(ctx context.Context, t *testing.T, c *localCluster) (primary Status, standby string) {
+	t.Helper()
+	startAll(t, c)
+	primary, err := c.waitPrimary(ctx, 90*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.names() {
+		if n != primary.Name {
+			standby = n
+		}
+	}
+	if err := c.waitReplica(ctx, 90*time.Second, standby); err != nil {
+		t.Fatal(err)
+	}
+	return primary, standby
 }

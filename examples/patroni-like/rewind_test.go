@@ -30,20 +30,7 @@ func testDivergedFormerPrimary(t *testing.T, restart bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, _ := testCluster(t, 2)
-	startAll(t, c)
-	p1, err := c.waitPrimary(ctx, 90*time.Second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := ""
-	for _, n := range c.names() {
-		if n != p1.Name {
-			other = n
-		}
-	}
-	if err := c.waitReplica(ctx, 90*time.Second, other); err != nil {
-		t.Fatal(err)
-	}
+	p1, other := twoMembers(ctx, t, c)
 	conn, err := c.connect(ctx, p1.Name)
 	if err != nil {
 		t.Fatal(err)
