@@ -320,17 +320,8 @@ func TestRedlock_LostKeyLeavesNoMinority(t *testing.T) {
 // answers tens of ms behind the others and its count starts at 1000.
 func TestRedlock_LateMasterDoesNotChangeTheLeadersToken(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	servers, direct := startMasters(t, 3)
-	p, err := faultproxy.New(servers[2].Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	const key = "late-master"
-	if err := direct[2].Set(ctx, key+":fence", 1000, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	clients := []*redis.Client{defaultClient(t, servers[0].Addr()), defaultClient(t, servers[1].Addr()), defaultClient(t, p.Addr())}
+	direct, p, clients := lateMaster(ctx, t, key)
 	b, err := redislock.New(clients, redislock.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -372,17 +363,8 @@ func TestRedlock_LateMasterDoesNotChangeTheLeadersToken(t *testing.T) {
 // whole term.
 func TestRedlock_LateGrantWhoseReplyIsLostTakesTheHoldersToken(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	servers, direct := startMasters(t, 3)
-	p, err := faultproxy.New(servers[2].Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	const key = "late-lost-reply"
-	if err := direct[2].Set(ctx, key+":fence", 1000, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	clients := []*redis.Client{defaultClient(t, servers[0].Addr()), defaultClient(t, servers[1].Addr()), defaultClient(t, p.Addr())}
+	direct, p, clients := lateMaster(ctx, t, key)
 	b, err := redislock.New(clients, redislock.Options{MasterTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -621,4 +603,22 @@ func electorsOn(t *testing.T, ctx context.Context, backends []*redislock.Backend
 		es = append(es, e)
 	}
 	return es
+}
+
+// lateMaster starts three masters and returns clients of each (direct),
+// the proxy in front of the third, whose token count for key starts at
+// 1000, and the clients a backend uses: the third through the proxy.
+func lateMaster(ctx context.Context, t *testing.T, key string) (direct []*redis.Client, p *faultproxy.Proxy, clients []*redis.Client) {
+	t.Helper()
+	servers, direct := startMasters(t, 3)
+	p, err := faultproxy.New(servers[2].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := direct[2].Set(ctx, key+":fence", 1000, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clients = []*redis.Client{defaultClient(t, servers[0].Addr()), defaultClient(t, servers[1].Addr()), defaultClient(t, p.Addr())}
+	return direct, p, clients
 }
