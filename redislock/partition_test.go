@@ -49,15 +49,7 @@ func TestRedlock_OneCutOffMasterDoesNotStopTheLock(t *testing.T) {
 	}
 	p.Blackhole()
 	const ttl = 2 * time.Second
-	elector := func(id string) *election.Elector {
-		e, err := election.New(b, election.Config{Key: "cut-off-master", Identity: id, TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		return e
-	}
-	a, w := elector("a"), elector("w")
+	a, w := electorOf(t, b, "cut-off-master", "a", ttl), electorOf(t, b, "cut-off-master", "w", ttl)
 	start := time.Now()
 	ta, err := a.Campaign(ctx)
 	if err != nil {
@@ -206,15 +198,7 @@ func TestTryCampaign_HeldOnAQuorumIsNoSplitVote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newElector := func(id string) *election.Elector {
-		e, err := election.New(b, election.Config{Key: "held-on-quorum", Identity: id, TTL: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		return e
-	}
-	holder, other := newElector("holder"), newElector("other")
+	holder, other := electorOf(t, b, "held-on-quorum", "holder", 10*time.Second), electorOf(t, b, "held-on-quorum", "other", 10*time.Second)
 	if _, err := holder.Campaign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -511,15 +495,7 @@ func TestWaitHead_HolderWithAQuorumIsNoSplitVote(t *testing.T) {
 		t.Fatal(err)
 	}
 	const key, ttl = "quorum-holder", 3 * time.Second
-	elector := func(id string) *election.Elector {
-		e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		return e
-	}
-	h, w := elector("h"), elector("w")
+	h, w := electorOf(t, b, key, "h", ttl), electorOf(t, b, key, "w", ttl)
 	if _, err := h.Campaign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -621,4 +597,16 @@ func lateMaster(ctx context.Context, t *testing.T, key string) (direct []*redis.
 	}
 	clients = []*redis.Client{defaultClient(t, servers[0].Addr()), defaultClient(t, servers[1].Addr()), defaultClient(t, p.Addr())}
 	return direct, p, clients
+}
+
+// electorOf returns an elector of identity id on key over b, closed when
+// the test ends.
+func electorOf(t *testing.T, b *redislock.Backend, key, id string, ttl time.Duration) *election.Elector {
+	t.Helper()
+	e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
 }
