@@ -407,6 +407,12 @@ return 0
 	// (the watchdog, for candidates that wait).
 	stillWaitingScript = redis.NewScript(luaNow + `
 local n = redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[2]), ARGV[1])
+-- CH counts no change when the score is the same: renewed within the
+-- millisecond of the last renewal or registration. Still registered if an
+-- increment by 0 finds it (ZADD only: the ACL in docs/security.md).
+if n == 0 and redis.call('ZADD', KEYS[1], 'XX', 'INCR', 0, ARGV[1]) then
+  n = 1
+end
 if n > 0 then
   redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
 end
