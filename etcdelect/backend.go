@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -42,8 +44,13 @@ func (b *Backend) Name() string { return Name }
 // Linearizable returns true.
 func (b *Backend) Linearizable() bool { return true }
 
+// errNoClient is what every call of a Backend made with a nil client
+// returns (New cannot: it returns no error).
+var errNoClient = fmt.Errorf("%w: etcd: nil client (etcdelect.New(nil))", tenure.ErrInvalidConfig)
+
 // CheckKey refuses empty keys, keys that are not valid UTF-8 or hold NUL or
-// control characters, and keys longer than MaxKeyLen.
+// control characters, and keys longer than MaxKeyLen; and, with a nil
+// client, every other key too.
 func (b *Backend) CheckKey(key string) error {
 	switch {
 	case key == "":
@@ -54,6 +61,8 @@ func (b *Backend) CheckKey(key string) error {
 		return fmt.Errorf("%w: etcd: key %q is not valid UTF-8", tenure.ErrInvalidConfig, key)
 	case strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
 		return fmt.Errorf("%w: etcd: key %q holds a control character", tenure.ErrInvalidConfig, key)
+	case b.cli == nil:
+		return errNoClient
 	}
 	return nil
 }
@@ -89,6 +98,10 @@ func translate(op string, err error) error {
 	case refused(err):
 		// Retrying will not help: the credentials or the role are wrong.
 		return fmt.Errorf("%w: etcd %s refused: %w (check the user's role: see docs/security.md)", tenure.ErrInvalidConfig, op, err)
+	case tooLarge(err):
+		// Nor here: the request (a long Identity, say) is over the
+		// client's or the server's size limit.
+		return fmt.Errorf("%w: etcd %s: the request is too large (a long Identity?): %w", tenure.ErrInvalidConfig, op, err)
 	default:
 		return fmt.Errorf("%w: etcd %s: %w", tenure.ErrUnavailable, op, err)
 	}
@@ -98,6 +111,9 @@ func translate(op string, err error) error {
 // entries (nested keys' entries "<key>/<sub>/…", keys without the lease
 // their name says) are not contenders and are skipped.
 func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
+	if b.cli == nil {
+		return tenure.Leader{}, errNoClient
+	}
 	// On a member cut off from the cluster's leader, the read fails once
 	// the client's retries of "no leader" give up (about 2.5 s), instead
 	// of holding until ctx ends.
@@ -136,6 +152,9 @@ func leaderOf(key string, kvs []*mvccpb.KeyValue) tenure.Leader {
 // Observe emits the oldest entry under key now and after every change under
 // it.
 func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Leader)) error {
+	if b.cli == nil {
+		return errNoClient
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := b.cli.Watch(wctx, prefix(key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
@@ -211,6 +230,16 @@ func watchClosed(ctx context.Context) error {
 // refused reports whether err is etcd refusing the request for its
 // credentials: a wrong password, no user, or a role without permission.
 // An expired auth token is not one: the client fetches a new one.
+// tooLarge reports a request over the client's (gRPC's send limit) or the
+// server's (--max-request-bytes) size limit.
+func tooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
+		return true
+	}
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "larger than max")
+}
+
 func refused(err error) bool {
 	for _, r := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty, rpctypes.ErrAuthNotEnabled, rpctypes.ErrUserNotFound} {
 		if errors.Is(err, r) {

@@ -25,6 +25,47 @@ func TestBadInput_EtcdKeysRefused(t *testing.T) {
 	}
 }
 
+// TestBadInput_EtcdNilClient: a Backend made with a nil client is refused
+// by election.New, and its own calls return ErrInvalidConfig. Before,
+// New accepted it and Campaign panicked, and Observe panicked in its own
+// goroutine, killing the process.
+func TestBadInput_EtcdNilClient(t *testing.T) {
+	b := etcdelect.New(nil)
+	ctx := ctxT(t, 5*time.Second)
+	if _, err := election.New(b, election.Config{Key: "k", TTL: 2 * time.Second}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("election.New on etcdelect.New(nil) = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := b.Leader(ctx, "k"); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("Leader = %v, want ErrInvalidConfig", err)
+	}
+	if err := b.Observe(ctx, "k", func(tenure.Leader) {}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("Observe = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := b.OpenSession(ctx, election.SessionOptions{TTL: 2 * time.Second, RenewInterval: time.Second}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("OpenSession = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestBadInput_EtcdIdentityTooLarge: an Identity over the client's
+// request limit is refused at once with ErrInvalidConfig. Before, the
+// oversized put read as the server being unavailable, and Campaign
+// retried it until its context ended.
+func TestBadInput_EtcdIdentityTooLarge(t *testing.T) {
+	cli := newClient(t, endpoint)
+	defer cli.Close()
+	e, err := election.New(etcdelect.New(cli), election.Config{Key: electiontest.Key(t), Identity: strings.Repeat("x", 3<<20), TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	start := time.Now()
+	_, err = e.Campaign(ctxT(t, 10*time.Second))
+	if !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Campaign with a 3 MiB Identity: %v after %v, want ErrInvalidConfig", err, time.Since(start))
+	}
+	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
 func allKeys(t *testing.T, cli *clientv3.Client, prefix string) []string {
 	t.Helper()
 	resp, err := cli.Get(ctxT(t, 10*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
