@@ -70,7 +70,7 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) validate() error {
-	if o.DriftFactor < 0 || o.DriftFactor >= 0.5 {
+	if !(o.DriftFactor >= 0 && o.DriftFactor < 0.5) { // NaN too
 		return fmt.Errorf("%w: redislock: DriftFactor %v must be in [0, 0.5)", tenure.ErrInvalidConfig, o.DriftFactor)
 	}
 	if o.MasterTimeout < 0 {
@@ -89,6 +89,7 @@ type Backend struct {
 	names   []string // the masters' addresses, for errors
 	opts    Options
 	owned   bool // Close closes the clients (Dial made them)
+	closed  atomic.Bool
 }
 
 // New returns a backend on the given masters: one for a plain Redis lock,
@@ -107,7 +108,13 @@ func New(masters []*redis.Client, opts Options) (*Backend, error) {
 		if m == nil {
 			return nil, fmt.Errorf("%w: redislock: master %d is nil", tenure.ErrInvalidConfig, i)
 		}
-		b.names = append(b.names, m.Options().Addr)
+		addr := m.Options().Addr
+		for j, n := range b.names {
+			if masters[j] == m || n == addr {
+				return nil, fmt.Errorf("%w: redislock: masters %d and %d are both %s (Redlock needs independent masters)", tenure.ErrInvalidConfig, j, i, addr)
+			}
+		}
+		b.names = append(b.names, addr)
 	}
 	return b, nil
 }
@@ -191,11 +198,27 @@ func closeAll(cs []*redis.Client) {
 	}
 }
 
-// Close closes the clients Dial made; for a backend from New it does
-// nothing. Sessions must be closed first.
+// Close closes the clients Dial made (a backend from New leaves them
+// open). Sessions must be closed first; afterwards OpenSession, Leader
+// and Observe return tenure.ErrClosed. Close is idempotent.
 func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
 	if b.owned {
 		closeAll(b.masters)
+	}
+	return nil
+}
+
+// usable returns why b cannot be used: closed, or a zero Backend (not
+// made by New or Dial).
+func (b *Backend) usable() error {
+	switch {
+	case len(b.masters) == 0:
+		return fmt.Errorf("%w: redislock: a Backend without masters (make it with New or Dial)", tenure.ErrInvalidConfig)
+	case b.closed.Load():
+		return fmt.Errorf("%w: redislock: the backend is closed", tenure.ErrClosed)
 	}
 	return nil
 }
@@ -222,7 +245,12 @@ const MaxKeyLen = 512
 // the backend's own keys for another lock: it does not end in ":fence" (the
 // token counters) or ":waiting" (the waiting sets), and does not contain
 // ":gone:" (the tombstones of given-up campaigns).
-func (b *Backend) CheckKey(key string) error { return CheckKey(key) }
+func (b *Backend) CheckKey(key string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	return b.usable()
+}
 
 // CheckKey is Backend.CheckKey, usable before a backend exists.
 func CheckKey(key string) error {
@@ -636,6 +664,9 @@ func (b *Backend) pingQuorum(ctx context.Context, per time.Duration) (int, error
 // lives in this process, pings a quorum of masters to start, and extends
 // every key it holds every opts.RenewInterval (the watchdog).
 func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
+	if err := b.usable(); err != nil {
+		return nil, err
+	}
 	if err := b.CheckTTL(opts.TTL); err != nil {
 		return nil, err
 	}
@@ -667,7 +698,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 // masters has. A value tenure did not write makes the key held by an
 // unknown holder (Identity empty, Token 0).
 func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
-	if err := CheckKey(key); err != nil {
+	if err := b.CheckKey(key); err != nil {
 		return tenure.Leader{}, err
 	}
 	rs := b.fanOut(ctx, b.leaderTimeout(), nil, nil, func(ctx context.Context, c *redis.Client) (any, error) {
@@ -727,7 +758,7 @@ func holderOf(v string) string {
 // acquisition or release message on the key's channel, and at least every
 // PollInterval (keys that expire publish nothing).
 func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Leader)) error {
-	if err := CheckKey(key); err != nil {
+	if err := b.CheckKey(key); err != nil {
 		return err
 	}
 	sub, err := b.subscribe(ctx, b.leaderTimeout(), b.channel(key))

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -413,6 +414,35 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := redislock.New([]*redis.Client{client(t, srv.Addr())}, redislock.Options{DriftFactor: 0.7}); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Errorf("New(DriftFactor 0.7) = %v", err)
+	}
+	if _, err := redislock.New([]*redis.Client{client(t, srv.Addr())}, redislock.Options{DriftFactor: math.NaN()}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("New(DriftFactor NaN) = %v", err) // every validity came out negative
+	}
+	// One server twice, as one client or two: one server's two votes
+	// (Dial refused it; New gave it a quorum on its own).
+	c := client(t, srv.Addr())
+	for _, ms := range [][]*redis.Client{{c, c}, {c, client(t, srv.Addr())}} {
+		if _, err := redislock.New(ms, redislock.Options{}); !errors.Is(err, tenure.ErrInvalidConfig) {
+			t.Errorf("New with one server twice = %v, want ErrInvalidConfig", err)
+		}
+	}
+	// A zero Backend, and a closed one, are refused, not retried as an
+	// unavailable server.
+	if _, err := election.New(&redislock.Backend{}, election.Config{Key: "k", TTL: 2 * time.Second}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("election.New on a zero Backend = %v, want ErrInvalidConfig", err)
+	}
+	closed, err := redislock.New([]*redis.Client{client(t, srv.Addr())}, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := election.New(closed, election.Config{Key: "k", TTL: 2 * time.Second}); !errors.Is(err, tenure.ErrClosed) {
+		t.Errorf("election.New on a closed Backend = %v, want ErrClosed", err)
+	}
+	if _, err := closed.Leader(ctx, "k"); !errors.Is(err, tenure.ErrClosed) {
+		t.Errorf("Leader on a closed Backend = %v, want ErrClosed", err)
 	}
 	// The same server twice under two names: one server's two votes.
 	_, port, _ := strings.Cut(srv.Addr(), ":")
