@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -118,8 +119,8 @@ func (g *Guard) resource(name string) *resourceFence {
 
 // Check accepts token for resource if it is at least the highest accepted
 // so far (the same term may write many times), and records it. It returns
-// a *StaleError otherwise. An empty resource, token 0 (never a term) and a
-// token above math.MaxInt64 (no backend issues one) are refused with an
+// a *StaleError otherwise. An empty resource or one that is not valid
+// UTF-8, token 0 (never a term) and a token above math.MaxInt64 (no backend issues one) are refused with an
 // error wrapping tenure.ErrInvalidConfig, and not counted as refusals.
 func (g *Guard) Check(resource string, token uint64) error {
 	return g.Do(resource, token, func() error { return nil })
@@ -152,6 +153,8 @@ func checkInput(resource string, token uint64) error {
 	switch {
 	case resource == "":
 		return fmt.Errorf("%w: fence: empty resource name", tenure.ErrInvalidConfig)
+	case !utf8.ValidString(resource): // a metrics label, and a name in errors
+		return fmt.Errorf("%w: fence: resource name %q is not valid UTF-8", tenure.ErrInvalidConfig, resource)
 	case token == 0:
 		return fmt.Errorf("%w: fence: token 0 is not a term", tenure.ErrInvalidConfig)
 	case token > math.MaxInt64:

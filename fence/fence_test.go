@@ -76,6 +76,7 @@ func TestGuard_RefusesBadInput(t *testing.T) {
 		write    func() error
 	}{
 		{"empty resource", "", 5, func() error { return nil }},
+		{"resource not UTF-8", "res\xff", 5, func() error { return nil }}, // a label: Prometheus panicked on it
 		{"token 0", "r", 0, func() error { return nil }},
 		{"token above MaxInt64", "r", math.MaxInt64 + 1, func() error { return nil }},
 		{"max uint64", "r", math.MaxUint64, func() error { return nil }},

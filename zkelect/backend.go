@@ -91,7 +91,9 @@ var _ election.Backend = (*Backend)(nil)
 func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, opts ...Option) (*Backend, error) {
 	o := options{acl: zk.WorldACL(zk.PermAll), log: zap.NewNop()}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // a nil Option changes nothing, as in election.New
+			opt(&o)
+		}
 	}
 	if err := o.finish(); err != nil {
 		return nil, err

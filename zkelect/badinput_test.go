@@ -1,6 +1,7 @@
 package zkelect_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -123,4 +124,16 @@ func TestBadInput_OversizedIdentityIsRefused(t *testing.T) {
 	if len(term.Identity) != zkelect.MaxIdentityLen {
 		t.Fatalf("term identity of %d bytes", len(term.Identity))
 	}
+}
+
+// TestBadInput_NilOptionIsIgnored: a nil Option changes nothing, as in
+// election.New. Dial panicked on it before any network I/O.
+func TestBadInput_NilOptionIsIgnored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := zkelect.Dial(ctx, server.Endpoints(), 4*time.Second, nil)
+	if err != nil {
+		t.Fatalf("Dial with a nil Option: %v", err)
+	}
+	b.Close()
 }

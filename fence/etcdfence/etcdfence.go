@@ -36,6 +36,9 @@ type Fence struct {
 // "<Term.Key>/<lease ID in hex>"); any other term, an advisory Redis term
 // included, is refused with an error wrapping tenure.ErrInvalidConfig.
 func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if f.Client == nil {
+		return nil, fmt.Errorf("%w: etcdfence: no Client", tenure.ErrInvalidConfig)
+	}
 	lease, ok := etcdelect.EntryLease(term.Key, term.Entry)
 	if !ok || term.Token == 0 || term.Backend != "etcd" {
 		return nil, fmt.Errorf("%w: etcdfence: term %v is not an etcd holder's", tenure.ErrInvalidConfig, term)

@@ -91,3 +91,12 @@ func TestTxn_EntryPutAgainWithoutItsLeaseIsStale(t *testing.T) {
 		t.Fatalf("term with entry %q = %v, want ErrInvalidConfig", bad.Entry, err)
 	}
 }
+
+// TestTxn_NoClientIsAConfigError: a Fence without a Client refuses, with
+// ErrInvalidConfig, instead of a nil pointer panic.
+func TestTxn_NoClientIsAConfigError(t *testing.T) {
+	term := tenure.Term{Key: "k", Entry: "k/1a", Token: 5, Backend: "etcd"}
+	if _, err := (etcdfence.Fence{}).Txn(context.Background(), term); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Txn without a Client = %v, want ErrInvalidConfig", err)
+	}
+}

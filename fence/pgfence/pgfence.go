@@ -133,6 +133,9 @@ func (f Fence) Setup(ctx context.Context, db Beginner) error {
 	if err != nil {
 		return err
 	}
+	if db == nil {
+		return fmt.Errorf("%w: pgfence: no database (nil Beginner)", tenure.ErrInvalidConfig)
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return err
@@ -160,6 +163,8 @@ func (f Fence) Do(ctx context.Context, db Beginner, resource string, token uint6
 		return err
 	}
 	switch {
+	case db == nil:
+		return fmt.Errorf("%w: pgfence: no database (nil Beginner)", tenure.ErrInvalidConfig)
 	case token == 0 || token > math.MaxInt64:
 		return fmt.Errorf("%w: pgfence: token %d out of range", tenure.ErrInvalidConfig, token)
 	case resource == "":

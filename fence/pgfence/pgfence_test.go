@@ -197,6 +197,12 @@ func TestFence_RefusesBadInput(t *testing.T) {
 		t.Fatalf("a hostile table name = %v, want ErrInvalidConfig", err)
 	}
 	nop := func(context.Context, pgx.Tx) error { return nil }
+	if err := (pgfence.Fence{}).Do(ctx, nil, "r", 5, nop); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("nil database = %v", err) // a nil pointer panic before
+	}
+	if err := (pgfence.Fence{}).Setup(ctx, nil); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Setup on a nil database = %v", err)
+	}
 	// With a write that would run: a nil one is refused on its own.
 	if err := (pgfence.Fence{}).Do(ctx, db, "r", 0, nop); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Fatalf("token 0 = %v", err)

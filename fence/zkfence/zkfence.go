@@ -38,6 +38,9 @@ type Fence struct {
 // Redis term included, is refused with an error wrapping
 // tenure.ErrInvalidConfig.
 func (f Fence) Multi(term tenure.Term, ops ...any) ([]zk.MultiResponse, error) {
+	if f.Conn == nil {
+		return nil, fmt.Errorf("%w: zkfence: no Conn", tenure.ErrInvalidConfig)
+	}
 	if term.Entry == "" || term.Token == 0 || term.Backend != "zookeeper" {
 		return nil, fmt.Errorf("%w: zkfence: term %v is not a ZooKeeper holder's", tenure.ErrInvalidConfig, term)
 	}
