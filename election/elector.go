@@ -48,7 +48,7 @@ func WithClock(c Clock) Option {
 // Elector campaigns for one key on one backend. Its methods are safe for
 // concurrent use; campaigns are serialized (a second Campaign waits for the
 // first, or for its own ctx to end). Close it when done: it owns a session
-// and goroutines.
+// and goroutines. Create it with New: the zero Elector is not usable.
 type Elector struct {
 	b     Backend
 	cfg   Config

@@ -24,7 +24,8 @@ import (
 // another goroutine of the same process holds it, as sync.Mutex does. As
 // with sync.Mutex, a hold is the process's until Unlock, even after it was
 // lost (Done closed): call Unlock then too before locking again. Close it
-// when done; Close also wakes goroutines waiting in Lock.
+// when done; Close also wakes goroutines waiting in Lock. Create it with
+// NewMutex: the zero Mutex is not usable.
 type Mutex struct {
 	e      *Elector
 	local  chan struct{} // one holder per process: the token is in the channel while free

@@ -57,7 +57,8 @@ func WithLogger(l *zap.Logger) Option {
 func WithDialer(d zk.Dialer) Option { return func(o *options) { o.dialer = d } }
 
 // Backend is an election.Backend on one ZooKeeper connection. It is safe for
-// concurrent use. Close it when done.
+// concurrent use. Close it when done. Create it with Dial: the zero
+// Backend is not usable.
 type Backend struct {
 	conn    *zk.Conn
 	timeout time.Duration

@@ -250,6 +250,12 @@ func (c *Client) Observe(ctx context.Context, key string, emit func(tenure.Leade
 // OpenSession grants a lease of opts.TTL and renews it every
 // opts.RenewInterval.
 func (c *Client) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
+	if err := c.CheckTTL(opts.TTL); err != nil {
+		return nil, err
+	}
+	if opts.RenewInterval <= 0 || opts.RenewInterval >= opts.TTL {
+		return nil, fmt.Errorf("%w: memory: RenewInterval %v must be positive and below the TTL %v", tenure.ErrInvalidConfig, opts.RenewInterval, opts.TTL)
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

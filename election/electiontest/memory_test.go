@@ -1,6 +1,8 @@
 package electiontest
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -36,3 +38,23 @@ func memoryHarness(t *testing.T) Harness {
 }
 
 func TestConformance_Memory(t *testing.T) { Run(t, memoryHarness(t)) }
+
+// TestMemory_OpenSessionRefusesBadOptions: a session without a renewal
+// interval (or a TTL) is refused, as the real backends refuse it. Its
+// keep-alive panicked on a zero interval before, killing the process.
+func TestMemory_OpenSessionRefusesBadOptions(t *testing.T) {
+	m := NewMemory()
+	defer m.Close()
+	for _, opts := range []election.SessionOptions{
+		{TTL: time.Second},
+		{TTL: time.Second, RenewInterval: time.Second},
+		{RenewInterval: time.Millisecond},
+	} {
+		if s, err := m.Client().OpenSession(context.Background(), opts); !errors.Is(err, tenure.ErrInvalidConfig) {
+			if s != nil {
+				s.Close(context.Background())
+			}
+			t.Errorf("OpenSession(%+v) = %v, want ErrInvalidConfig", opts, err)
+		}
+	}
+}
