@@ -52,6 +52,19 @@ var errNoClient = fmt.Errorf("%w: etcd: nil client (etcdelect.New(nil))", tenure
 // control characters, and keys longer than MaxKeyLen; and, with a nil
 // client, every other key too.
 func (b *Backend) CheckKey(key string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if b.cli == nil {
+		return errNoClient
+	}
+	return nil
+}
+
+// CheckKey refuses what Backend.CheckKey refuses for any client: empty
+// keys, keys that are not valid UTF-8 or hold NUL or control characters,
+// and keys longer than MaxKeyLen.
+func CheckKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: etcd: empty key", tenure.ErrInvalidConfig)
@@ -61,8 +74,6 @@ func (b *Backend) CheckKey(key string) error {
 		return fmt.Errorf("%w: etcd: key %q is not valid UTF-8", tenure.ErrInvalidConfig, key)
 	case strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
 		return fmt.Errorf("%w: etcd: key %q holds a control character", tenure.ErrInvalidConfig, key)
-	case b.cli == nil:
-		return errNoClient
 	}
 	return nil
 }

@@ -151,7 +151,7 @@ func (c *common) validate() error {
 	var err error
 	switch c.backend {
 	case "etcd":
-		err = etcdelect.New(nil).CheckKey(c.key)
+		err = etcdelect.CheckKey(c.key)
 	case "redis":
 		err = redislock.CheckKey(c.key)
 	default:

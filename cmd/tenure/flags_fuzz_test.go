@@ -87,7 +87,7 @@ func FuzzExecFlags(f *testing.F) {
 		var keyErr error
 		switch fl.backend {
 		case "etcd":
-			keyErr = etcdelect.New(nil).CheckKey(cfg.Key)
+			keyErr = etcdelect.CheckKey(cfg.Key)
 		case "redis":
 			keyErr = redislock.CheckKey(cfg.Key)
 		case "zookeeper":
