@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -13,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
@@ -238,9 +238,6 @@ func watchClosed(ctx context.Context) error {
 	return fmt.Errorf("%w: etcd watch closed", tenure.ErrUnavailable)
 }
 
-// refused reports whether err is etcd refusing the request for its
-// credentials: a wrong password, no user, or a role without permission.
-// An expired auth token is not one: the client fetches a new one.
 // tooLarge reports a request over the client's (gRPC's send limit) or the
 // server's (--max-request-bytes) size limit.
 func tooLarge(err error) bool {
@@ -251,6 +248,9 @@ func tooLarge(err error) bool {
 	return ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "larger than max")
 }
 
+// refused reports whether err is etcd refusing the request for its
+// credentials: a wrong password, no user, or a role without permission.
+// An expired auth token is not one: the client fetches a new one.
 func refused(err error) bool {
 	for _, r := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty, rpctypes.ErrAuthNotEnabled, rpctypes.ErrUserNotFound} {
 		if errors.Is(err, r) {

@@ -314,11 +314,7 @@ func TestRedlock_LateMasterDoesNotChangeTheLeadersToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Delay(30 * time.Millisecond)
-	e, err := election.New(b, election.Config{Key: key, Identity: "a", TTL: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(context.Background()) })
+	e := electorOf(t, b, key, "a", 3*time.Second)
 	term, err := e.Campaign(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -356,10 +352,7 @@ func TestRedlock_LateGrantWhoseReplyIsLostTakesTheHoldersToken(t *testing.T) {
 	const ttl = 3 * time.Second
 	// A term on another key first, held past a renewal, loads the
 	// scripts on every master: each call is then one round trip.
-	warm, err := election.New(b, election.Config{Key: key + "-warm", Identity: "w", TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	warm := electorOf(t, b, key+"-warm", "w", ttl)
 	if _, err := warm.Campaign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -370,11 +363,7 @@ func TestRedlock_LateGrantWhoseReplyIsLostTakesTheHoldersToken(t *testing.T) {
 	// 200 ms each way: the try reaches the slow master after 200 ms,
 	// within the 300 ms bound, and its reply comes back after 400.
 	p.Delay(200 * time.Millisecond)
-	e, err := election.New(b, election.Config{Key: key, Identity: "a", TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(context.Background()) })
+	e := electorOf(t, b, key, "a", ttl)
 	term, err := e.Campaign(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -568,11 +557,7 @@ func electorsOn(t *testing.T, ctx context.Context, backends []*redislock.Backend
 	t.Helper()
 	var es []*election.Elector
 	for i, b := range backends {
-		e, err := election.New(b, election.Config{Key: key, Identity: fmt.Sprint(i), TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
+		e := electorOf(t, b, key, fmt.Sprint(i), ttl)
 		if _, err := e.Leader(ctx); err != nil { // the backend answers
 			t.Fatal(err)
 		}

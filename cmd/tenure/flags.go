@@ -128,11 +128,9 @@ func canonicalBackend(name string) string {
 }
 
 func (c *common) validate() error {
+	c.backend = canonicalBackend(c.backend)
 	switch c.backend {
-	case "etcd":
-	case "zk", "zookeeper":
-		c.backend = "zookeeper"
-	case "redis":
+	case "etcd", "zookeeper", "redis":
 	default:
 		return fmt.Errorf("unknown backend %q (supported: etcd, zk, redis)", c.backend)
 	}

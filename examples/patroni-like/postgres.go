@@ -322,18 +322,22 @@ func (p *Postgres) WasPrimary(ctx context.Context) (bool, error) {
 // it was a primary's (WasPrimary).
 func (p *Postgres) MarkNeedsRewind(on bool) error {
 	if !on {
-		if err := os.Remove(p.data + ".needs-rewind"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(p.markPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	return os.WriteFile(p.data+".needs-rewind", []byte("this data directory was a primary's: rewind it onto the current primary before it streams or is promoted\n"), 0o644)
+	return os.WriteFile(p.markPath(), []byte("this data directory was a primary's: rewind it onto the current primary before it streams or is promoted\n"), 0o644)
 }
+
+// markPath is the needs-rewind mark's file: the data directory's path
+// plus ".needs-rewind".
+func (p *Postgres) markPath() string { return p.data + ".needs-rewind" }
 
 // MarkedNeedsRewind reports whether MarkNeedsRewind(true) was the last
 // call on this data directory.
 func (p *Postgres) MarkedNeedsRewind() bool {
-	_, err := os.Stat(p.data + ".needs-rewind")
+	_, err := os.Stat(p.markPath())
 	return err == nil
 }
 
