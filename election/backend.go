@@ -53,8 +53,11 @@ type SessionOptions struct {
 // Renewal is the outcome of one attempt to renew a session's lease. A plain
 // value, safe to copy and to send between goroutines.
 type Renewal struct {
-	// Sent is the local time at which the renewal request was sent, read
-	// before sending. The server counts TTL from a later instant.
+	// Sent is a local time no later than the instant from which the server
+	// counts TTL: usually when the renewal request was sent, read before
+	// sending. A backend whose server may learn of the renewal later than
+	// it answers it reports an earlier time (zkelect: a ZooKeeper leader
+	// server learns of a follower's clients from the follower's pings).
 	Sent time.Time
 	// TTL is the time to live the server granted from that request on.
 	TTL time.Duration

@@ -24,12 +24,9 @@
 //     the earliest the server could expire it, and once Run's elected work
 //     has returned). Since the server counts its TTL from when it received
 //     the request, which is after it was sent, the local deadline always
-//     falls at least DeadlineMargin before the server's expiry. (One
-//     exception, on ZooKeeper: a follower server answers a renewal, but
-//     the leader server, which expires sessions, counts from the
-//     follower's next report. When the two are cut apart just after a
-//     renewal, the server can count from up to RenewInterval + tickTime/2
-//     earlier: see zkelect.)
+//     falls at least DeadlineMargin before the server's expiry. (A backend
+//     whose server may count from an earlier instant reports that instant
+//     as the renewal's send time: zkelect, through a ZooKeeper follower.)
 //   - A waiting Campaign never outlives its session: it returns an error
 //     wrapping tenure.ErrSessionExpired as soon as the session dies, and it
 //     removes its own entry on every error path.

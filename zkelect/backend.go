@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"strings"
 	"sync"
@@ -75,6 +76,7 @@ type Backend struct {
 	sessions map[*session]struct{}
 	changed  chan struct{} // closed and replaced on every session-state change
 	closed   bool
+	probes   map[net.Conn]struct{} // role probes waiting for an answer (anchor.go)
 
 	wg sync.WaitGroup // calls abandoned by their ctx, and session loops
 }
@@ -105,7 +107,8 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if err := CheckSessionTimeout(sessionTimeout); err != nil {
 		return nil, err
 	}
-	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, changed: make(chan struct{})}
+	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, changed: make(chan struct{}), probes: map[net.Conn]struct{}{}}
+	b.tap.onDial = b.probeRole
 	var (
 		conn *zk.Conn
 		err  error
@@ -249,6 +252,9 @@ func (b *Backend) Close() {
 	b.closed = true
 	close(b.changed)
 	b.changed = make(chan struct{})
+	for c := range b.probes {
+		_ = c.Close() // its probe gives up and returns
+	}
 	open := make([]*session, 0, len(b.sessions))
 	for s := range b.sessions {
 		open = append(open, s)

@@ -47,18 +47,26 @@
 //     session: the session is tied to the ZooKeeper session id it started
 //     with.
 //   - The lease deadline: the session confirms itself with a sync every
-//     RenewInterval; each reply moves the deadline to send time + session
+//     RenewInterval; on a connection to the ensemble's leader server (or a
+//     standalone one) each reply moves the deadline to send time + session
 //     timeout − margin. The negotiated session timeout must equal the TTL.
-//     A sync is answered only after the ensemble's leader server, which
-//     expires sessions, has seen it: a follower cut off from that server
-//     answers reads from its own copy for up to syncLimit × tickTime, and
-//     a read it answered would prove nothing. What is left: the leader
-//     server counts a follower's client from the follower's reports to it
-//     (every tickTime/2), not from the sync it forwarded. A follower cut
-//     off just after it answered a sync leaves the leader server counting
-//     from up to RenewInterval + tickTime/2 earlier, and the leader can
-//     outlive its session by that much less DeadlineMargin (with the
-//     defaults, 2/15 of the TTL plus tickTime/2). Fence the resource
+//     A sync is answered only after the leader server, which expires
+//     sessions, has seen it: a follower cut off from that server answers
+//     reads from its own copy for up to syncLimit × tickTime, and a read
+//     it answered would prove nothing.
+//   - Through a follower, the leader server hears of the client only from
+//     the follower's answers to its pings (every tickTime/2), not from the
+//     sync it forwarded: cut off just after it answered a sync, a follower
+//     leaves the leader server counting from the packet before. So on a
+//     connection to a follower a reply moves the deadline to the send time
+//     of the latest sync answered at least a quarter of the session
+//     timeout before this one was sent (or of the connection's opening) +
+//     session timeout − margin, and syncs go every TTL/8 if that is
+//     sooner. This assumes the leader server pings at least that often
+//     (tickTime/2 ≤ timeout/4), which holds unless the servers'
+//     minSessionTimeout is set under 2 × tickTime. The server's role comes
+//     from its answer to srvr, asked once per connection; until it answers,
+//     or if it refuses, the connection counts as one to a follower
 //     (docs/zookeeper.md).
 //   - Events arrive through a non-blocking callback (go-zookeeper drops
 //     events when its channel is full).

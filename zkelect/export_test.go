@@ -11,3 +11,7 @@ func DisableTap(b *Backend) {
 	b.tap.off = true
 	b.tap.mu.Unlock()
 }
+
+// StrictAnchor reports whether b's renewals count from an older sync: its
+// connection is not known to reach the leader server (or a standalone one).
+func StrictAnchor(b *Backend) bool { return b.strictAnchor() }

@@ -16,7 +16,9 @@ import (
 )
 
 // OpenSession ties a session to the connection's current ZooKeeper session
-// and confirms it with a sync every opts.RenewInterval.
+// and confirms it with a sync every opts.RenewInterval, or every TTL/8 if
+// that is sooner while the connection is not known to reach the leader
+// server (see anchor.go).
 func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
 	if err := b.CheckTTL(opts.TTL); err != nil {
 		return nil, err
@@ -40,6 +42,24 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		return err
 	}); err != nil {
 		return nil, err
+	}
+	// On a connection to a follower that no session has confirmed lately,
+	// the renewal counts from long ago (Backend.anchor): confirm again once
+	// the first sync is old enough to count from.
+	if stale := opts.Now().Sub(g.Sent); stale > opts.TTL/2 {
+		wait := time.NewTimer(opts.TTL / 4)
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, ctx.Err()
+		}
+		if err := retry(ctx, func() (err error) {
+			g, err = s.confirm(ctx)
+			return err
+		}); err != nil {
+			return nil, err
+		}
 	}
 	s.granted = g
 	b.mu.Lock()
@@ -100,7 +120,9 @@ func (s *session) expired(cause error) error {
 func (s *session) alive() bool { return s.b.sessionID.Load() == s.id }
 
 // confirm sends one sync and, when it is answered on this session's
-// ZooKeeper session, returns the renewal it proves.
+// ZooKeeper session, returns the renewal it proves: counted from the
+// sync's sending, or from an older sync's when the connection may reach a
+// follower (Backend.anchor).
 //
 // A sync, unlike a read, is answered only after it has gone through the
 // ensemble's leader server, which is the one that expires sessions. A
@@ -119,7 +141,8 @@ func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 		break
 	}
 	s.mu.Unlock()
-	sent := s.opts.Now()
+	c := s.b.tap.cur.Load()
+	sent, sentWall := s.opts.Now(), time.Now()
 	_, err := call(ctx, s.b, func() (string, error) { return s.b.conn.Sync(probe) }, nil)
 	if err != nil {
 		if errors.Is(err, zk.ErrSessionExpired) || !s.alive() {
@@ -130,16 +153,33 @@ func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 	if !s.alive() {
 		return election.Renewal{}, s.expired(errors.New("replaced while renewing"))
 	}
+	at, ok := s.b.anchor(c, sentWall, time.Now())
+	if !ok {
+		return election.Renewal{}, fmt.Errorf("%w: zookeeper: reconnected while renewing", tenure.ErrUnavailable)
+	}
 	ttl := time.Duration(s.b.negotiatedMs.Load()) * time.Millisecond
-	return election.Renewal{Sent: sent, TTL: ttl}, nil
+	// On the elector's clock: as long before sent as at was before sentWall.
+	return election.Renewal{Sent: sent.Add(-sentWall.Sub(at)), TTL: ttl}, nil
 }
 
-// keepAlive confirms the session every RenewInterval (four times as often
+// confirmEvery is how often a session confirms itself: every
+// RenewInterval, and at least eight times per session timeout while the
+// connection may reach a follower, so that a renewal counted from a sync a
+// quarter of the timeout old (Backend.anchor) still leaves room for a few
+// failed ones.
+func (s *session) confirmEvery() time.Duration {
+	if s.b.strictAnchor() {
+		return min(s.opts.RenewInterval, s.opts.TTL/8)
+	}
+	return s.opts.RenewInterval
+}
+
+// keepAlive confirms the session every confirmEvery (four times as often
 // after a failure).
 func (s *session) keepAlive() {
 	defer s.b.wg.Done()
 	defer close(s.loopDone)
-	every := s.opts.RenewInterval
+	every := s.confirmEvery()
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
@@ -150,8 +190,11 @@ func (s *session) keepAlive() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, every)
+		// A slow sync may still come back in time to count: wait for it
+		// for RenewInterval, not just until the next one is due.
+		ctx, cancel := context.WithTimeout(s.ctx, s.opts.RenewInterval)
 		r, err := s.confirm(ctx)
+		every = s.confirmEvery()
 		cancel()
 		switch {
 		case s.ctx.Err() != nil:

@@ -46,6 +46,9 @@ type tap struct {
 	off   bool // tests: record nothing, as if no reply could be read
 
 	misses atomic.Uint64 // creates Enqueue had to read back, the tap having no record
+
+	cur    atomic.Pointer[tappedConn] // the connection dialled last: go-zookeeper's current one
+	onDial func(c *tappedConn, d zk.Dialer, network, address string)
 }
 
 func newTap() *tap { return &tap{nodes: map[string]tappedNode{}} }
@@ -56,13 +59,18 @@ func (t *tap) dialer(d zk.Dialer) zk.Dialer {
 		d = net.DialTimeout
 	}
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		dialed := time.Now()
 		c, err := d(network, address, timeout)
 		if err != nil || c == nil {
 			return c, err
 		}
-		tc := &tappedConn{Conn: c, t: t, creates: map[int32]struct{}{}}
+		tc := &tappedConn{Conn: c, t: t, creates: map[int32]struct{}{}, dialed: dialed}
 		tc.out.head = 8           // xid, opcode
 		tc.in.head = 16 + 4 + 512 // xid, zxid, error, then a path's length and up to 512 bytes of it
+		t.cur.Store(tc)
+		if t.onDial != nil {
+			t.onDial(tc, d, network, address)
+		}
 		return tc, nil
 	}
 }
@@ -107,6 +115,14 @@ type tappedConn struct {
 
 	createsMu sync.Mutex
 	creates   map[int32]struct{} // xids of create requests sent and not yet answered
+
+	// What bounds the ZooKeeper leader server's last touch of the session
+	// on this connection (see Backend.anchor).
+	dialed time.Time    // before the dial, so before the connect request
+	role   atomic.Int32 // the server's role, from its srvr answer: roleUnknown until then
+	ancMu  sync.Mutex
+	heard  time.Time  // the latest sync sent that the leader server has surely heard of (zero: none)
+	recent []syncMark // syncs answered since, too recent to count from yet
 }
 
 // Write notes the creates among the requests before they leave, so that

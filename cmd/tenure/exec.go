@@ -65,9 +65,7 @@ If leadership is lost while CMD runs (the lease could not be renewed), CMD
 gets SIGTERM and, --grace later, SIGKILL, both before the server can
 expire the lease and elect another holder; what CMD leaves running gets
 its SIGKILL by the same deadline, even if CMD exits before it. tenure then
-exits 4. (On ZooKeeper, a leader whose server is a follower cut off from
-the leader server just after a renewal can outlive its session by up to
-RenewInterval + tickTime/2 - DeadlineMargin: docs/zookeeper.md.) If tenure
+exits 4. If tenure
 itself is killed, the kernel kills CMD, and a guard process (tenure
 __guard) kills what is left of CMD's process group.
 
