@@ -14,9 +14,9 @@
 //   - A leader never outlives its lease: the elector demotes itself when the
 //     lease deadline (send time of the last acknowledged renewal + TTL −
 //     margin, on the local monotonic clock) passes, before the server can
-//     expire the lease and elect someone else. (On ZooKeeper, through a
-//     follower server, a renewal counts from an older one that the leader
-//     server has surely heard of; this assumes the servers grant no
+//     expire the lease and elect someone else. (On a ZooKeeper ensemble a
+//     renewal counts from an older one that the leader server has surely
+//     heard of, even through a follower; this assumes the servers grant no
 //     session timeout under 2 × tickTime, their default: see zkelect.)
 //   - What tenure does not guarantee: that the code running under a Term has
 //     stopped by the time another leader starts, if that code ignores its

@@ -45,6 +45,11 @@ type SessionOptions struct {
 	TTL time.Duration
 	// RenewInterval is how often the backend renews the lease.
 	RenewInterval time.Duration
+	// DeadlineMargin is how long before the server could expire the lease
+	// the elector stops trusting it (Config.DeadlineMargin); 0 when not
+	// known. A backend whose renewals count from before they were sent
+	// may refuse a margin that leaves no room between them.
+	DeadlineMargin time.Duration
 	// Now reads the local clock for Renewal.Sent. It must return times that
 	// carry a monotonic reading (time.Now does).
 	Now func() time.Time

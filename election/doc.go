@@ -26,7 +26,7 @@
 //     the request, which is after it was sent, the local deadline always
 //     falls at least DeadlineMargin before the server's expiry. (A backend
 //     whose server may count from an earlier instant reports that instant
-//     as the renewal's send time: zkelect, through a ZooKeeper follower.)
+//     as the renewal's send time: zkelect, on a ZooKeeper ensemble.)
 //   - A waiting Campaign never outlives its session: it returns an error
 //     wrapping tenure.ErrSessionExpired as soon as the session dies, and it
 //     removes its own entry on every error path.

@@ -163,7 +163,7 @@ func (e *Elector) currentLease(ctx context.Context) (*lease, error) {
 	defer cancel()
 	stop := context.AfterFunc(e.ctx, cancel)
 	defer stop()
-	sess, err := e.b.OpenSession(octx, SessionOptions{TTL: e.cfg.TTL, RenewInterval: e.cfg.RenewInterval, Now: e.clock.Now})
+	sess, err := e.b.OpenSession(octx, SessionOptions{TTL: e.cfg.TTL, RenewInterval: e.cfg.RenewInterval, DeadlineMargin: e.cfg.DeadlineMargin, Now: e.clock.Now})
 	if err != nil {
 		if e.ctx.Err() != nil && ctx.Err() == nil {
 			return nil, tenure.ErrClosed

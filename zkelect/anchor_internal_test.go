@@ -5,13 +5,13 @@ import (
 	"time"
 )
 
-// TestAnchor_CountsFromASyncAQuarterTimeoutOlderOnAFollower drives
-// Backend.anchor with made-up times: on a connection to a follower (or one
-// whose server's role is not known) a renewal counts from the latest sync
-// answered at least a quarter of the session timeout before it was sent,
-// or from the dial; on a connection to the leader server, from its own
+// TestAnchor_CountsFromASyncAQuarterTimeoutOlderOnAnEnsemble drives
+// Backend.anchor with made-up times: on a connection to an ensemble (or
+// one whose server's role is not known) a renewal counts from the latest
+// sync answered at least a quarter of the session timeout before it was
+// sent, or from the dial; on a connection to a single server, from its own
 // sync; on a connection that is no longer the current one, not at all.
-func TestAnchor_CountsFromASyncAQuarterTimeoutOlderOnAFollower(t *testing.T) {
+func TestAnchor_CountsFromASyncAQuarterTimeoutOlderOnAnEnsemble(t *testing.T) {
 	b := &Backend{tap: newTap()}
 	b.negotiatedMs.Store(2000) // the lag is 500 ms
 	t0 := time.Unix(1_000_000, 0)
@@ -36,13 +36,13 @@ func TestAnchor_CountsFromASyncAQuarterTimeoutOlderOnAFollower(t *testing.T) {
 			t.Fatalf("sync sent at %d ms: counts from %v ms (ok %v), want %d ms", step.sent, at.Sub(t0).Milliseconds(), ok, step.want)
 		}
 	}
-	c.role.Store(roleLearner)
+	c.role.Store(roleEnsemble)
 	if at, _ := b.anchor(c, ms(1500), ms(1501)); !at.Equal(ms(805)) {
-		t.Fatalf("on a follower: counts from %v ms, want 805", at.Sub(t0).Milliseconds())
+		t.Fatalf("on an ensemble: counts from %v ms, want 805", at.Sub(t0).Milliseconds())
 	}
-	c.role.Store(roleLeader)
+	c.role.Store(roleSingle)
 	if at, _ := b.anchor(c, ms(1600), ms(1601)); !at.Equal(ms(1600)) {
-		t.Fatalf("on the leader server: counts from %v ms, want its own sync's 1600", at.Sub(t0).Milliseconds())
+		t.Fatalf("on a single server: counts from %v ms, want its own sync's 1600", at.Sub(t0).Milliseconds())
 	}
 	b.tap.cur.Store(&tappedConn{dialed: ms(1700)})
 	if _, ok := b.anchor(c, ms(1800), ms(1801)); ok {
@@ -51,17 +51,14 @@ func TestAnchor_CountsFromASyncAQuarterTimeoutOlderOnAFollower(t *testing.T) {
 }
 
 func TestRoleOf(t *testing.T) {
-	for answer, want := range map[string]int32{
-		"Zookeeper version: 3.8.4\nLatency min/avg/max: 0/0.1/3\nMode: standalone\nNode count: 5\n": roleLeader,
-		"Zookeeper version: 3.8.4\nMode: leader\nProposal sizes last/min/max: 36/32/36\n":           roleLeader,
-		"Zookeeper version: 3.8.4\nMode: follower\n":                                                roleLearner,
-		"Mode: observer\n":  roleLearner,
-		"Mode: read-only\n": roleUnknown,
-		"srvr is not executed because it is not in the whitelist.\n": roleUnknown,
-		"": roleUnknown,
+	for config, want := range map[string]int32{
+		"": roleSingle, // standalone
+		"server.1=127.0.0.1:2888:3888:participant;0.0.0.0:2181\nversion=100000000":                                                                      roleSingle,
+		"server.1=127.0.0.1:22845:31467:participant\nserver.2=127.0.0.1:24629:16903:participant\nserver.3=127.0.0.1:14746:16174:participant\nversion=0": roleEnsemble,
+		"server.1=a:1:2:participant\nserver.2=b:1:2:observer\nversion=1":                                                                                roleEnsemble,
 	} {
-		if got := roleOf([]byte(answer)); got != want {
-			t.Errorf("roleOf(%q) = %d, want %d", answer, got, want)
+		if got := roleOf([]byte(config)); got != want {
+			t.Errorf("roleOf(%q) = %d, want %d", config, got, want)
 		}
 	}
 }

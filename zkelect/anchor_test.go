@@ -5,23 +5,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/faultproxy"
 	"github.com/tenure-go/tenure/zkelect"
 )
 
 // TestAnchor_StandaloneServerCountsFromItsOwnSync: a standalone server
-// expires sessions itself, so once its srvr answer has come, a renewal on a
-// connection to it counts from its own sync, and the session confirms
-// itself every RenewInterval (on a follower: from an older sync, see
+// touches the session on every packet and has no one to hand over to, so
+// a renewal on a connection to it counts from its own sync, the session
+// confirms itself every RenewInterval, and a DeadlineMargin above 3/8 of
+// the TTL is accepted (on an ensemble: from an older sync, see
 // TestEnsemble_FollowerCutOffFromTheLeaderServer).
 func TestAnchor_StandaloneServerCountsFromItsOwnSync(t *testing.T) {
 	b := dial(t, server.Endpoints())
 	defer b.Close()
-	waitUntil(t, "the server's role known", func() bool { return !zkelect.StrictAnchor(b) })
+	if r := zkelect.ServerRole(b); r != "single" || zkelect.StrictAnchor(b) {
+		t.Fatalf("after Dial: role %s, strict %v; want single, not strict", r, zkelect.StrictAnchor(b))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	before := time.Now()
-	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
+	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 4, DeadlineMargin: ttl / 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,5 +45,29 @@ func TestAnchor_StandaloneServerCountsFromItsOwnSync(t *testing.T) {
 		}
 	case <-time.After(ttl):
 		t.Fatal("no renewal within the TTL")
+	}
+}
+
+// TestAnchor_RoleReadAgainAfterAReconnection: each connection reads the
+// server's role afresh (a new connection's is unknown, so strict, until
+// its read is answered).
+func TestAnchor_RoleReadAgainAfterAReconnection(t *testing.T) {
+	p, err := faultproxy.New(server.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	b := dial(t, []string{p.Addr()})
+	defer b.Close()
+	if r := zkelect.ServerRole(b); r != "single" {
+		t.Fatalf("after Dial: role %s, want single", r)
+	}
+	id := b.Conn().SessionID()
+	p.Cut() // go-zookeeper reconnects at once, to the same session
+	waitUntil(t, "the role read on the new connection", func() bool {
+		return b.Conn().State() == zk.StateHasSession && zkelect.ServerRole(b) == "single" && zkelect.ReadsOfRole(b) >= 2
+	})
+	if got := b.Conn().SessionID(); got != id {
+		t.Fatalf("session %#x after the cut, want %#x", got, id)
 	}
 }

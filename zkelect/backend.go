@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path"
 	"strings"
 	"sync"
@@ -71,12 +70,12 @@ type Backend struct {
 	negotiatedMs atomic.Int32            // the session timeout the server granted
 	sessionID    atomic.Int64            // the current ZooKeeper session, 0 while none
 	watchEvents  atomic.Uint64
+	roleReads    atomic.Uint64 // connections whose server's role was read (anchor.go)
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	changed  chan struct{} // closed and replaced on every session-state change
 	closed   bool
-	probes   map[net.Conn]struct{} // role probes waiting for an answer (anchor.go)
 
 	wg sync.WaitGroup // calls abandoned by their ctx, and session loops
 }
@@ -107,8 +106,7 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if err := CheckSessionTimeout(sessionTimeout); err != nil {
 		return nil, err
 	}
-	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, changed: make(chan struct{}), probes: map[net.Conn]struct{}{}}
-	b.tap.onDial = b.probeRole
+	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, changed: make(chan struct{})}
 	var (
 		conn *zk.Conn
 		err  error
@@ -135,6 +133,7 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 		b.Close()
 		return nil, err
 	}
+	b.readRole(ctx) // later connections read it in the background (onEvent)
 	return b, nil
 }
 
@@ -175,6 +174,7 @@ func (b *Backend) onEvent(ev zk.Event) {
 			return // Dial reads the session once Connect has returned
 		}
 		b.sessionID.Store(c.SessionID())
+		b.readRoleAsync()
 	case zk.StateExpired, zk.StateAuthFailed:
 		b.sessionID.Store(0)
 	case zk.StateDisconnected:
@@ -184,6 +184,13 @@ func (b *Backend) onEvent(ev zk.Event) {
 	}
 	b.broadcast()
 	b.expireStale()
+}
+
+// isClosed reports whether Close has begun.
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
 }
 
 // broadcast wakes everything waiting on b.changed.
@@ -252,9 +259,6 @@ func (b *Backend) Close() {
 	b.closed = true
 	close(b.changed)
 	b.changed = make(chan struct{})
-	for c := range b.probes {
-		_ = c.Close() // its probe gives up and returns
-	}
 	open := make([]*session, 0, len(b.sessions))
 	for s := range b.sessions {
 		open = append(open, s)

@@ -47,26 +47,28 @@
 //     session: the session is tied to the ZooKeeper session id it started
 //     with.
 //   - The lease deadline: the session confirms itself with a sync every
-//     RenewInterval; on a connection to the ensemble's leader server (or a
-//     standalone one) each reply moves the deadline to send time + session
-//     timeout − margin. The negotiated session timeout must equal the TTL.
-//     A sync is answered only after the leader server, which expires
+//     RenewInterval; on a single server (standalone, or an ensemble of
+//     one) each reply moves the deadline to send time + session timeout −
+//     margin. The negotiated session timeout must equal the TTL. A sync is
+//     answered only after the ensemble's leader server, which expires
 //     sessions, has seen it: a follower cut off from that server answers
 //     reads from its own copy for up to syncLimit × tickTime, and a read
 //     it answered would prove nothing.
-//   - Through a follower, the leader server hears of the client only from
-//     the follower's answers to its pings (every tickTime/2), not from the
-//     sync it forwarded: cut off just after it answered a sync, a follower
-//     leaves the leader server counting from the packet before. So on a
-//     connection to a follower a reply moves the deadline to the send time
-//     of the latest sync answered at least a quarter of the session
-//     timeout before this one was sent (or of the connection's opening) +
-//     session timeout − margin, and syncs go every TTL/8 if that is
-//     sooner. This assumes the leader server pings at least that often
-//     (tickTime/2 ≤ timeout/4), which holds unless the servers'
-//     minSessionTimeout is set under 2 × tickTime. The server's role comes
-//     from its answer to srvr, asked once per connection; until it answers,
-//     or if it refuses, the connection counts as one to a follower
+//   - On an ensemble the leader server hears of a follower's client only
+//     from the follower's answers to its pings (every tickTime/2), not
+//     from the sync it forwarded: cut off just after it answered a sync, a
+//     follower leaves the leader server counting from the packet before.
+//     (A leader server cut off from its followers answers its own clients'
+//     syncs for up to a tickTime after they began to elect another.) So on
+//     an ensemble a reply moves the deadline to the send time of the
+//     latest sync answered at least a quarter of the session timeout
+//     before this one was sent (or of the connection's dial) + session
+//     timeout − margin, syncs go every TTL/8 if that is sooner, and a
+//     DeadlineMargin above 3/8 of the TTL is refused. This assumes the
+//     leader server pings at least that often (tickTime/2 ≤ timeout/4),
+//     which holds unless the servers' minSessionTimeout is set under 2 ×
+//     tickTime. Each connection reads /zookeeper/config to tell a single
+//     server from an ensemble; until it has, it counts as an ensemble
 //     (docs/zookeeper.md).
 //   - Events arrive through a non-blocking callback (go-zookeeper drops
 //     events when its channel is full).

@@ -330,8 +330,15 @@ func TestEnsemble_FollowerCutOffFromTheLeaderServer(t *testing.T) {
 		if id := <-elected; id != "a" {
 			t.Fatalf("round %d: %s elected first, want a", round, id)
 		}
-		if !zkelect.StrictAnchor(ba) {
-			t.Fatalf("round %d: a's renewals count from their own syncs on a follower", round)
+		if r := zkelect.ServerRole(ba); r != "ensemble" || !zkelect.StrictAnchor(ba) {
+			t.Fatalf("round %d: a's connection reads role %s (strict %v), want ensemble", round, r, zkelect.StrictAnchor(ba))
+		}
+		if round == 0 {
+			// On an ensemble a margin above 3/8 of the TTL leaves no room.
+			_, err := ba.OpenSession(ctx, election.SessionOptions{TTL: sessionTimeout, RenewInterval: sessionTimeout / 4, DeadlineMargin: sessionTimeout / 2})
+			if !errors.Is(err, tenure.ErrInvalidConfig) {
+				t.Fatalf("OpenSession with DeadlineMargin TTL/2 on an ensemble: %v, want ErrInvalidConfig", err)
+			}
 		}
 		_, _, stopB := run("b", []string{ens.Endpoint(leader), ens.Endpoint(other)}, func(lctx context.Context) {
 			mu.Lock()

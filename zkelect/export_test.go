@@ -13,5 +13,24 @@ func DisableTap(b *Backend) {
 }
 
 // StrictAnchor reports whether b's renewals count from an older sync: its
-// connection is not known to reach the leader server (or a standalone one).
+// connection is not known to reach a single server.
 func StrictAnchor(b *Backend) bool { return b.strictAnchor() }
+
+// ServerRole names the role b's connection read for its server: "single",
+// "ensemble" or "unknown".
+func ServerRole(b *Backend) string {
+	c := b.tap.cur.Load()
+	if c == nil {
+		return "unknown"
+	}
+	switch c.role.Load() {
+	case roleSingle:
+		return "single"
+	case roleEnsemble:
+		return "ensemble"
+	}
+	return "unknown"
+}
+
+// ReadsOfRole counts the connections of b whose server's role was read.
+func ReadsOfRole(b *Backend) uint64 { return b.roleReads.Load() }

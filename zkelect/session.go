@@ -17,8 +17,9 @@ import (
 
 // OpenSession ties a session to the connection's current ZooKeeper session
 // and confirms it with a sync every opts.RenewInterval, or every TTL/8 if
-// that is sooner while the connection is not known to reach the leader
-// server (see anchor.go).
+// that is sooner while the connection is not known to reach a single
+// server (see anchor.go). On an ensemble it refuses a DeadlineMargin above
+// 3/8 of the TTL (tenure.ErrInvalidConfig).
 func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
 	if err := b.CheckTTL(opts.TTL); err != nil {
 		return nil, err
@@ -28,6 +29,11 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if c := b.tap.cur.Load(); c != nil && c.role.Load() == roleEnsemble && opts.DeadlineMargin > opts.TTL*3/8 {
+		// Renewals count from a sync up to 3/8 of the TTL old (anchor.go):
+		// a larger margin leaves no room for one failed renewal.
+		return nil, fmt.Errorf("%w: zookeeper: on an ensemble DeadlineMargin %v must be at most 3/8 of the TTL %v (renewals count from a sync a quarter of the TTL old)", tenure.ErrInvalidConfig, opts.DeadlineMargin, opts.TTL)
 	}
 	id, err := b.awaitSession(ctx)
 	if err != nil {
@@ -43,10 +49,11 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	}); err != nil {
 		return nil, err
 	}
-	// On a connection to a follower that no session has confirmed lately,
+	// On a connection to an ensemble that no session has confirmed lately,
 	// the renewal counts from long ago (Backend.anchor): confirm again once
-	// the first sync is old enough to count from.
-	if stale := opts.Now().Sub(g.Sent); stale > opts.TTL/2 {
+	// the first sync is old enough to count from, so that the lease starts
+	// with as much time left as after any renewal.
+	if stale := opts.Now().Sub(g.Sent); stale > opts.TTL/4+2*s.confirmEvery() {
 		wait := time.NewTimer(opts.TTL / 4)
 		select {
 		case <-wait.C:
@@ -121,8 +128,8 @@ func (s *session) alive() bool { return s.b.sessionID.Load() == s.id }
 
 // confirm sends one sync and, when it is answered on this session's
 // ZooKeeper session, returns the renewal it proves: counted from the
-// sync's sending, or from an older sync's when the connection may reach a
-// follower (Backend.anchor).
+// sync's sending on a single server, from an older sync's on an ensemble
+// (Backend.anchor).
 //
 // A sync, unlike a read, is answered only after it has gone through the
 // ensemble's leader server, which is the one that expires sessions. A
@@ -164,7 +171,7 @@ func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 
 // confirmEvery is how often a session confirms itself: every
 // RenewInterval, and at least eight times per session timeout while the
-// connection may reach a follower, so that a renewal counted from a sync a
+// connection may reach an ensemble, so that a renewal counted from a sync a
 // quarter of the timeout old (Backend.anchor) still leaves room for a few
 // failed ones.
 func (s *session) confirmEvery() time.Duration {

@@ -47,8 +47,7 @@ type tap struct {
 
 	misses atomic.Uint64 // creates Enqueue had to read back, the tap having no record
 
-	cur    atomic.Pointer[tappedConn] // the connection dialled last: go-zookeeper's current one
-	onDial func(c *tappedConn, d zk.Dialer, network, address string)
+	cur atomic.Pointer[tappedConn] // the connection dialled last: go-zookeeper's current one
 }
 
 func newTap() *tap { return &tap{nodes: map[string]tappedNode{}} }
@@ -68,9 +67,6 @@ func (t *tap) dialer(d zk.Dialer) zk.Dialer {
 		tc.out.head = 8           // xid, opcode
 		tc.in.head = 16 + 4 + 512 // xid, zxid, error, then a path's length and up to 512 bytes of it
 		t.cur.Store(tc)
-		if t.onDial != nil {
-			t.onDial(tc, d, network, address)
-		}
 		return tc, nil
 	}
 }
@@ -119,7 +115,7 @@ type tappedConn struct {
 	// What bounds the ZooKeeper leader server's last touch of the session
 	// on this connection (see Backend.anchor).
 	dialed time.Time    // before the dial, so before the connect request
-	role   atomic.Int32 // the server's role, from its srvr answer: roleUnknown until then
+	role   atomic.Int32 // the server's role, from /zookeeper/config: roleUnknown until read
 	ancMu  sync.Mutex
 	heard  time.Time  // the latest sync sent that the leader server has surely heard of (zero: none)
 	recent []syncMark // syncs answered since, too recent to count from yet
