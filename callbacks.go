@@ -47,5 +47,8 @@ type Callbacks struct {
 	// OnHardStop runs when OnElected ignored its cancelled ctx for longer
 	// than Config.StopTimeout. Default: log at Error and exit the process
 	// with status 1, because the work may now overlap the next leader's.
+	// It may call the Elector's Close or Resign: they return once
+	// OnElected has (leadership is released then, while OnHardStop may
+	// still run).
 	OnHardStop func(term Term)
 }

@@ -522,6 +522,17 @@ func (e *Elector) cleanup(ctx context.Context, l *lease, t Ticket) {
 
 // startLeadership records the term and starts its loss watcher, or returns
 // nil when the elector was closed meanwhile.
+// isLoss reports whether err says why a term ended: one of the reasons
+// OnDemoted documents.
+func isLoss(err error) bool {
+	for _, r := range []error{tenure.ErrOwnershipLost, tenure.ErrSessionExpired, tenure.ErrLeaseExpired, tenure.ErrResigned, tenure.ErrClosed} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed bool) *leadership {
 	ctx, cancel := context.WithCancelCause(l.ctx)
 	ld := &leadership{term: term, ticket: t, lease: l, ctx: ctx, cancel: cancel, done: make(chan struct{})}
@@ -542,8 +553,15 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed 
 		defer close(ld.done)
 		err := l.sess.WatchLoss(ctx, t)
 		if ctx.Err() == nil {
-			if err == nil {
+			switch {
+			case err == nil:
 				err = tenure.ErrOwnershipLost
+			case !isLoss(err):
+				// The backend could not watch (a transient error): the
+				// term cannot be guaranteed, so it ends, and as a
+				// resignation: Run deletes the entry, which is still
+				// there with its session.
+				err = fmt.Errorf("%w: the backend could not watch the entry: %w", tenure.ErrResigned, err)
 			}
 			cancel(err)
 		}

@@ -91,7 +91,16 @@ func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks
 	workDone := make(chan struct{})
 	var panicked error
 	go func() {
-		defer close(workDone)
+		// The moment the work has returned (not once OnHardStop has too,
+		// which may itself call Close or Resign and wait for this):
+		// Resign and Close may release the entry now.
+		defer func() {
+			e.mu.Lock()
+			close(ld.work)
+			e.mu.Unlock()
+			ld.lease.release()
+			close(workDone)
+		}()
 		if cb.OnElected == nil {
 			<-lctx.Done()
 			return
@@ -106,10 +115,6 @@ func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks
 	// Ask the work to stop (no-op if the term already ended), then wait.
 	ld.cancel(tenure.ErrResigned)
 	e.awaitWork(term, workDone, cb)
-	e.mu.Lock()
-	close(ld.work) // Resign and Close may release the entry now
-	e.mu.Unlock()
-	ld.lease.release()
 	<-ld.done
 	reason := context.Cause(lctx)
 	if panicked != nil {

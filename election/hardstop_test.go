@@ -1,0 +1,124 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/election"
+)
+
+// TestRun_OnHardStopMayCloseOrResign: a hard stop that steps down (Close
+// or Resign from OnHardStop, while the work has not returned yet) returns
+// once the work has, and Run returns; before, both waited for each other
+// for good: the entry was released only after OnHardStop had returned.
+func TestRun_OnHardStopMayCloseOrResign(t *testing.T) {
+	for _, how := range []string{"Close", "Resign"} {
+		t.Run(how, func(t *testing.T) {
+			srv, key, ctx := setup(t)
+			e, _ := newElector(t, srv, key, "a", time.Second) // StopTimeout 100 ms
+			b, _ := newElector(t, srv, key, "b", time.Second)
+			release := make(chan struct{})
+			elected := make(chan struct{})
+			stepDown := make(chan error, 1)
+			runCtx, stopRun := context.WithCancel(ctx)
+			defer stopRun()
+			runDone := make(chan error, 1)
+			go func() {
+				runDone <- e.Run(runCtx, tenure.Callbacks{
+					OnElected: func(ctx context.Context, _ tenure.Term) {
+						close(elected)
+						<-ctx.Done()
+						<-release // past StopTimeout
+					},
+					OnHardStop: func(tenure.Term) {
+						go func() { time.Sleep(50 * time.Millisecond); close(release) }()
+						cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						defer cancel()
+						if how == "Close" {
+							stepDown <- e.Close(cctx)
+						} else {
+							stepDown <- e.Resign(cctx)
+							stopRun()
+						}
+					},
+				})
+			}()
+			<-elected
+			bElected := make(chan error, 1)
+			go func() { _, err := b.Campaign(ctx); bElected <- err }()
+			go func() { _ = e.Resign(ctx) }() // ends the term; the work ignores it
+			select {
+			case err := <-stepDown:
+				if err != nil {
+					t.Fatalf("%s from OnHardStop: %v", how, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s from OnHardStop still blocked 5 s after the work returned", how)
+			}
+			select {
+			case err := <-runDone:
+				if how == "Close" && !errors.Is(err, tenure.ErrClosed) || how == "Resign" && !errors.Is(err, tenure.ErrCanceled) {
+					t.Fatalf("Run: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Run still running 5 s after the hard stop stepped down")
+			}
+			select {
+			case err := <-bElected:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("b not elected 5 s after a stepped down")
+			}
+		})
+	}
+}
+
+// TestRun_BrokenWatchResignsTheTerm: a loss watch that fails without
+// proving the term lost (a backend's transient error) ends the term as a
+// resignation: OnDemoted gets ErrResigned (wrapping the error) and Run
+// deletes the entry. Before, the reason was the bare transient error and
+// Run left the entry at the head of the queue when its ctx ended then.
+func TestRun_BrokenWatchResignsTheTerm(t *testing.T) {
+	srv, key, ctx := setup(t)
+	var broke chan struct{}
+	fb := faultyBackend{Client: srv.Client(), mu: &sync.Mutex{}, breakWatch: &broke, failDequeue: &atomic.Int32{}}
+	fb.mendWatches()
+	a, err := election.New(fb, election.Config{Key: key, Identity: "a", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	demoted := make(chan error, 1)
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(runCtx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) {
+				fb.breakWatches()
+				<-ctx.Done()
+			},
+			OnDemoted: func(_ tenure.Term, reason error) {
+				stopRun() // the program stops right after
+				demoted <- reason
+			},
+		})
+	}()
+	reason := <-demoted
+	if !errors.Is(reason, tenure.ErrResigned) || !errors.Is(reason, errWatchBroke) {
+		t.Errorf("OnDemoted reason %v, want ErrResigned wrapping the watch's error", reason)
+	}
+	if err := <-runDone; !errors.Is(err, tenure.ErrCanceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := srv.Entries(key); n != 0 {
+		t.Fatalf("%d entries after Run returned, want 0: the entry blocks the queue while the session lives", n)
+	}
+}
