@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
 )
 
 // TestRun_OnHardStopMayCloseOrResign: a hard stop that steps down (Close
@@ -120,5 +121,57 @@ func TestRun_BrokenWatchResignsTheTerm(t *testing.T) {
 	}
 	if n := srv.Entries(key); n != 0 {
 		t.Fatalf("%d entries after Run returned, want 0: the entry blocks the queue while the session lives", n)
+	}
+}
+
+// TestRun_OnLeaderEndsWithTheStateRunLeaves: when Run's ctx ends while it
+// leads, Run resigns and returns; its last OnLeader call reports who leads
+// after that (the candidate that was waiting), not this elector. Before,
+// the observer stopped with the ctx, before the resignation, and the last
+// call named this elector.
+func TestRun_OnLeaderEndsWithTheStateRunLeaves(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", time.Second)
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	var (
+		mu   sync.Mutex
+		last tenure.Leader
+	)
+	runCtx, stopRun := context.WithCancel(ctx)
+	elected := make(chan struct{})
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(runCtx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) { close(elected); <-ctx.Done() },
+			OnLeader: func(l tenure.Leader) {
+				mu.Lock()
+				last = l
+				mu.Unlock()
+			},
+		})
+	}()
+	<-elected
+	bTerm := make(chan tenure.Term, 1)
+	go func() {
+		term, err := b.Campaign(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		bTerm <- term
+	}()
+	electiontest.WaitFor(t, 5*time.Second, "b queued and a reported as leader", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return srv.Entries(key) == 2 && last.Term.Identity == "a"
+	})
+	stopRun()
+	if err := <-runDone; !errors.Is(err, tenure.ErrCanceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	term := <-bTerm
+	mu.Lock()
+	defer mu.Unlock()
+	if last.Vacant || last.Term.Identity != "b" || last.Term.Token != term.Token {
+		t.Fatalf("OnLeader's last call reported %v after Run returned, want b's term %v", last, term)
 	}
 }

@@ -20,7 +20,10 @@ import (
 // unless the session is already gone, runs cb.OnDemoted with the reason, and
 // campaigns again. OnElected returning on its own is a resignation. If
 // cb.OnLeader is set, Run observes the key and reports its changes, the
-// latest winning over those a slow OnLeader has not taken yet (Observe).
+// latest winning over those a slow OnLeader has not taken yet (Observe);
+// before it returns, it reads the key once more (on a context bounded by
+// Config.CleanupTimeout) and reports the holder its resignation left, if
+// the observer had not.
 //
 // When ctx ends, Run stops the elected work, resigns, and returns
 // tenure.ErrCanceled joined with ctx.Err(). It returns tenure.ErrClosed after
@@ -37,18 +40,35 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 	}
 	defer func() { <-e.runSem }()
 	if cb.OnLeader != nil || e.rec.m != nil { // the observer also measures failovers
-		obsCtx, stopObs := context.WithCancel(ctx)
+		// Not stopped by ctx: Run resigns after ctx ends, and OnLeader
+		// should end with the state that leaves.
+		obsCtx, stopObs := context.WithCancel(context.WithoutCancel(ctx))
 		leaders := e.Observe(obsCtx)
 		obsDone := make(chan struct{})
+		var last tenure.Leader // the last one OnLeader got; read after obsDone
 		go func() {
 			defer close(obsDone)
 			for l := range leaders {
 				if cb.OnLeader != nil {
+					last = l
 					e.safely("OnLeader", func() { cb.OnLeader(l) })
 				}
 			}
 		}()
-		defer func() { stopObs(); <-obsDone }()
+		defer func() {
+			stopObs()
+			<-obsDone
+			if cb.OnLeader == nil || last.Key == "" {
+				return
+			}
+			// The observer may have stopped before it saw the resignation
+			// (or Close) that Run just made: read the key once more.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CleanupTimeout)
+			defer cancel()
+			if l, err := e.Leader(fctx); err == nil && !sameLeader(l, last) {
+				e.safely("OnLeader", func() { cb.OnLeader(l) })
+			}
+		}()
 	}
 	for {
 		ld, err := e.campaign(ctx, true, true)
