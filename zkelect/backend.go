@@ -76,6 +76,10 @@ type Backend struct {
 	sessions map[*session]struct{}
 	changed  chan struct{} // closed and replaced on every session-state change
 	closed   bool
+	// connClosed is set, under mu, just before Close closes the
+	// connection: requests then fail with ErrClosed, and start no more
+	// goroutines that Close's wait would have to count.
+	connClosed atomic.Bool
 
 	wg sync.WaitGroup // calls abandoned by their ctx, and session loops
 }
@@ -278,6 +282,9 @@ func (b *Backend) Close() {
 		case <-waited.Done():
 		}
 	}
+	b.mu.Lock()
+	b.connClosed.Store(true)
+	b.mu.Unlock()
 	if b.conn != nil {
 		b.conn.Close()
 	}
@@ -381,10 +388,20 @@ func call[T any](ctx context.Context, b *Backend, f func() (T, error), undo func
 	}
 	ch := make(chan result, 1)
 	var abandoned atomic.Bool
-	b.wg.Add(1)
+	b.mu.Lock()
+	if b.connClosed.Load() {
+		b.mu.Unlock()
+		var zero T
+		return zero, zk.ErrClosing
+	}
+	b.wg.Add(1) // under mu, before Close can begin its wait
+	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
 		v, err := f()
+		if errors.Is(err, zk.ErrConnectionClosed) && b.connClosed.Load() {
+			err = zk.ErrClosing // closed by Close, not lost: not worth a retry
+		}
 		ch <- result{v, err}
 		if abandoned.Load() && undo != nil {
 			undo(v, err)

@@ -188,3 +188,25 @@ func TestClose_WithSessionsLeftOpenReturnsAfterTheTTL(t *testing.T) {
 		t.Fatalf("Close with 3 sessions left open had not returned after %v (TTL %v)", bound, ttl)
 	}
 }
+
+// TestClose_RequestsAfterCloseAreErrClosed: once the Backend is closed its
+// requests fail with ErrClosed, which no caller retries, not with
+// ErrUnavailable, on which Run, Observe and OpenSession's renewal retry
+// every 50 ms for as long as their ctx lives.
+func TestClose_RequestsAfterCloseAreErrClosed(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	b := dial(t, server.Endpoints())
+	key := fmt.Sprintf("/close-%d/after", closeKeys.Add(1))
+	if _, err := b.Leader(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	begun := time.Now()
+	_, err := b.Leader(ctx, key)
+	if !errors.Is(err, tenure.ErrClosed) || errors.Is(err, tenure.ErrUnavailable) {
+		t.Fatalf("Leader after Close: %v, want ErrClosed", err)
+	}
+	if d := time.Since(begun); d > time.Second {
+		t.Fatalf("Leader after Close took %v", d)
+	}
+}
