@@ -48,6 +48,18 @@ func (b *Backend) Linearizable() bool { return true }
 // returns (New cannot: it returns no error).
 var errNoClient = fmt.Errorf("%w: etcd: nil client (etcdelect.New(nil))", tenure.ErrInvalidConfig)
 
+// usable refuses a nil client, and a closed one at once (clientv3 takes
+// about 2.5 s to fail each request on a closed client).
+func (b *Backend) usable() error {
+	if b.cli == nil {
+		return errNoClient
+	}
+	if b.cli.Ctx().Err() != nil {
+		return fmt.Errorf("%w: etcd: the client is closed", tenure.ErrClosed)
+	}
+	return nil
+}
+
 // CheckKey refuses empty keys, keys that are not valid UTF-8 or hold NUL or
 // control characters, and keys longer than MaxKeyLen; and, with a nil
 // client, every other key too.
@@ -95,9 +107,10 @@ func entryName(key string, lease clientv3.LeaseID) string {
 }
 
 // translate maps an etcd client error onto tenure's sentinels, keeping it
-// reachable. Context errors pass through unchanged; authentication and
-// permission failures wrap tenure.ErrInvalidConfig (not retried); the rest
-// wrap tenure.ErrUnavailable.
+// reachable. Context errors pass through unchanged; a closed client is
+// tenure.ErrClosed; authentication and permission failures wrap
+// tenure.ErrInvalidConfig (not retried); the rest wrap
+// tenure.ErrUnavailable.
 func translate(op string, err error) error {
 	switch {
 	case err == nil:
@@ -106,6 +119,9 @@ func translate(op string, err error) error {
 		return err
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return fmt.Errorf("%w: etcd %s: %w", tenure.ErrSessionExpired, op, err)
+	case clientClosed(err):
+		// The program closed the client: retrying cannot help.
+		return fmt.Errorf("%w: etcd %s: the client is closed: %w", tenure.ErrClosed, op, err)
 	case refused(err):
 		// Retrying will not help: the credentials or the role are wrong.
 		return fmt.Errorf("%w: etcd %s refused: %w (check the user's role: see docs/security.md)", tenure.ErrInvalidConfig, op, err)
@@ -122,8 +138,8 @@ func translate(op string, err error) error {
 // entries (nested keys' entries "<key>/<sub>/…", keys without the lease
 // their name says) are not contenders and are skipped.
 func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error) {
-	if b.cli == nil {
-		return tenure.Leader{}, errNoClient
+	if err := b.usable(); err != nil {
+		return tenure.Leader{}, err
 	}
 	// On a member cut off from the cluster's leader, the read fails once
 	// the client's retries of "no leader" give up (about 2.5 s), instead
@@ -163,8 +179,8 @@ func leaderOf(key string, kvs []*mvccpb.KeyValue) tenure.Leader {
 // Observe emits the oldest entry under key now and after every change under
 // it.
 func (b *Backend) Observe(ctx context.Context, key string, emit func(tenure.Leader)) error {
-	if b.cli == nil {
-		return errNoClient
+	if err := b.usable(); err != nil {
+		return err
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -246,6 +262,13 @@ func tooLarge(err error) bool {
 	}
 	s, ok := status.FromError(err)
 	return ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "larger than max")
+}
+
+// clientClosed reports whether err is gRPC's answer to a request on a
+// closed client connection (clientv3.Client.Close).
+func clientClosed(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Canceled && st.Message() == "grpc: the client connection is closing"
 }
 
 // refused reports whether err is etcd refusing the request for its

@@ -259,3 +259,28 @@ func TestBadInput_EtcdLeaderEntryDetachedFromItsLease(t *testing.T) {
 		t.Fatalf("b not elected within %v of the detachment", 3*ttl)
 	}
 }
+
+// TestClosedClient_IsErrClosed: with its etcd client closed (by a program
+// that closed it before its electors), the backend's requests fail with
+// ErrClosed, and Run returns it at once. Before, they failed with
+// ErrUnavailable, and Run retried every RetryInterval until its ctx ended.
+func TestClosedClient_IsErrClosed(t *testing.T) {
+	cli := newClient(t, endpoint)
+	b := etcdelect.New(cli)
+	key := "/closed-client/" + t.Name()
+	e, err := election.New(b, election.Config{Key: key, Identity: "a", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := b.Leader(ctx, key); !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("Leader on a closed client: %v, want ErrClosed", err)
+	}
+	begun := time.Now()
+	if err := e.Run(ctx, tenure.Callbacks{}); !errors.Is(err, tenure.ErrClosed) || time.Since(begun) > 2*time.Second {
+		t.Fatalf("Run on a closed client: %v after %v, want ErrClosed at once", err, time.Since(begun))
+	}
+}

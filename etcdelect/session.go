@@ -20,8 +20,8 @@ import (
 // asked (its minimum lease TTL is higher), it revokes the lease and fails
 // with tenure.ErrInvalidConfig.
 func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
-	if b.cli == nil {
-		return nil, errNoClient
+	if err := b.usable(); err != nil {
+		return nil, err
 	}
 	if err := b.CheckTTL(opts.TTL); err != nil {
 		return nil, err
