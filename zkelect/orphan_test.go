@@ -358,3 +358,44 @@ func TestEnqueue_AfterALostReplyItsGUIDGoesWithTheNode(t *testing.T) {
 		})
 	}
 }
+
+// TestEnqueue_FailedOnANewKeyLeavesNoKey: an Enqueue that creates a new
+// key (a container) and then cannot queue under it deletes the key again.
+// ZooKeeper deletes a container only once it has had a child, so before,
+// the key (and every ancestor above it) stayed for good. The queue create
+// fails here because the ACL the Backend gives its nodes lacks create.
+func TestEnqueue_FailedOnANewKeyLeavesNoKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	noCreate := zk.WorldACL(zk.PermRead | zk.PermWrite | zk.PermDelete | zk.PermAdmin)
+	b, err := zkelect.Dial(ctx, server.Endpoints(), ttl, zkelect.WithACL(noCreate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	key := "/" + strings.ReplaceAll(electiontest.Key(t)[1:], "/", "-") // directly under the root, which lets anyone create
+	if _, err := s.Enqueue(ctx, key, "a"); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Enqueue under a key whose ACL refuses create: %v, want ErrInvalidConfig", err)
+	}
+	admin, _, err := zk.Connect(server.Endpoints(), ttl, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, _, err := admin.Exists(key)
+		if err == nil && !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s still there 5 s after the failed Enqueue (exists %v, %v)", key, ok, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -25,7 +25,8 @@ func newGUID() (string, error) {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
 
-// ensureParents creates key and its missing ancestors as container nodes.
+// ensureParents creates key and its missing ancestors as container nodes;
+// madeKey reports whether it created key itself.
 //
 // A create that fails for another reason than the node's existence is
 // forgiven when the node exists: the server checks the create permission
@@ -34,7 +35,7 @@ func newGUID() (string, error) {
 // ("/apps" closed, "/apps/billing" open to the service) answers NoAuth,
 // not NodeExists. (Curator's mkdirs asks whether each node exists first;
 // this costs that round trip only when a create fails.)
-func (s *session) ensureParents(ctx context.Context, key string) error {
+func (s *session) ensureParents(ctx context.Context, key string) (madeKey bool, err error) {
 	parts := strings.Split(key[1:], "/")
 	p := ""
 	for _, c := range parts {
@@ -42,15 +43,39 @@ func (s *session) ensureParents(ctx context.Context, key string) error {
 		_, err := call(ctx, s.b, func() (string, error) {
 			return s.b.conn.CreateContainer(p, nil, zk.FlagContainer, s.b.acl)
 		}, nil)
-		if err == nil || errors.Is(err, zk.ErrNodeExists) {
+		if err == nil {
+			madeKey = p == key
+			continue
+		}
+		if errors.Is(err, zk.ErrNodeExists) {
 			continue
 		}
 		if _, ok, serr := s.stat(ctx, p); serr == nil && ok {
 			continue
 		}
-		return translate("create "+p, err)
+		return madeKey, translate("create "+p, err)
 	}
-	return nil
+	return madeKey, nil
+}
+
+// dropUnusedKey deletes, in the background, the container key that an
+// Enqueue created and then failed to queue under: ZooKeeper deletes a
+// container once it has had a child and is empty, never one that had none
+// (unless the servers set znode.container.maxNeverUsedIntervalMs), and
+// that one would keep its ancestors too. A key that had a child is left to
+// the server.
+func (b *Backend) dropUnusedKey(key string) {
+	b.reapLoop(reapAny, func() bool {
+		ok, st, err := b.conn.Exists(key)
+		switch {
+		case err != nil:
+			return false
+		case !ok || st.NumChildren > 0 || st.Cversion > 0:
+			return true
+		}
+		err = b.conn.Delete(key, st.Version)
+		return err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNotEmpty) || errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoAuth)
+	})
 }
 
 // stat reads p's Stat; ok is false when p does not exist.
@@ -154,8 +179,11 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 	// found: when Enqueue fails after one, nothing of this guid may stay
 	// (a node owned by a live session that no campaign knows would stand
 	// in the queue for good).
-	unknown := false
+	unknown, madeKey := false, false
 	defer func() {
+		if madeKey && err != nil {
+			s.b.dropUnusedKey(key)
+		}
 		if unknown && err != nil {
 			s.b.reapGUID(key, guid)
 		}
@@ -170,7 +198,9 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		switch {
 		case err == nil:
 		case errors.Is(err, zk.ErrNoNode) && attempt < 3:
-			if err := s.ensureParents(ctx, key); err != nil {
+			made, err := s.ensureParents(ctx, key)
+			madeKey = madeKey || made
+			if err != nil {
 				return election.Ticket{}, err
 			}
 			continue
