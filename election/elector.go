@@ -276,6 +276,12 @@ func (e *Elector) waitClosed(ctx context.Context, ch <-chan struct{}) error {
 func (e *Elector) giveUp(l *lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed {
+		// Close stops the current lease, and a lease replaced earlier was
+		// retired (stopped) then; counting another stop in e.wg now could
+		// race Close's e.wg.Wait.
+		return
+	}
 	e.stopLeaseLocked(l, errSessionGivenUp)
 }
 
