@@ -12,8 +12,10 @@
 // guards:
 //
 //   - Guard: in-process, for a resource that is one process (a service
-//     taking orders from a leader; see Middleware for HTTP). It remembers
-//     in memory only: a restarted process accepts any term once.
+//     taking orders from a leader; see Middleware for HTTP). Guard.Do and
+//     Middleware run the write under the resource's lock; Guard.Check
+//     only admits, and is not atomic with a write made after it. It
+//     remembers in memory only: a restarted process accepts any term once.
 //   - pgfence: PostgreSQL; the fence row is updated in the same transaction
 //     as the write, at READ COMMITTED.
 //   - etcdfence: an etcd Txn that commits only while the holder's key still

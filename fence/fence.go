@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -65,10 +66,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // Rejected, it needs a non-nil m.
 func (m *Metrics) Rejections() *prometheus.CounterVec { return m.rejections }
 
-// Rejected counts one refusal.
+// Rejected counts one refusal. Bytes of resource or verifier that are not
+// valid UTF-8 (which a label cannot hold) are counted as U+FFFD.
 func (m *Metrics) Rejected(resource, verifier string) {
 	if m != nil {
-		m.rejections.WithLabelValues(resource, verifier).Inc()
+		m.rejections.WithLabelValues(strings.ToValidUTF8(resource, "\uFFFD"), strings.ToValidUTF8(verifier, "\uFFFD")).Inc()
 	}
 }
 
@@ -122,6 +124,11 @@ func (g *Guard) resource(name string) *resourceFence {
 // a *StaleError otherwise. An empty resource or one that is not valid
 // UTF-8, token 0 (never a term) and a token above math.MaxInt64 (no backend issues one) are refused with an
 // error wrapping tenure.ErrInvalidConfig, and not counted as refusals.
+//
+// Check is admission only: it is not atomic with any write made after it
+// returns. A stale holder that passes Check, pauses, and writes after a
+// newer term's Check and write overwrites that write. Guard a write with
+// Do (or Middleware, which runs the handler under the resource's lock).
 func (g *Guard) Check(resource string, token uint64) error {
 	return g.Do(resource, token, func() error { return nil })
 }

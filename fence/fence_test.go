@@ -318,3 +318,19 @@ func TestRequire_RefusesAdvisoryTerms(t *testing.T) {
 		t.Fatalf("lower term: got %v, want ErrStale", err)
 	}
 }
+
+// TestMetrics_RejectedWithANonUTF8KeyCounts: Rejected is called by every
+// verifier with the term's key, which etcdfence and zkfence take from a
+// Term as given. A key that is not valid UTF-8 made client_golang panic
+// there; it is now counted under the key with its bad bytes replaced.
+func TestMetrics_RejectedWithANonUTF8KeyCounts(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := fence.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Rejected("k\xff", "zookeeper")
+	if got := testutil.ToFloat64(m.Rejections().WithLabelValues("k\uFFFD", "zookeeper")); got != 1 {
+		t.Fatalf("rejections for the sanitized key = %v, want 1", got)
+	}
+}

@@ -53,7 +53,8 @@ type txBeginner interface {
 // stricter: the transaction is set to READ COMMITTED, unless it is a
 // savepoint of a transaction the wrapper holds, which runs at that
 // transaction's level, as a pgx.Tx does.
-// rollbackTimeout bounds a rollback made after the caller's context ended.
+// rollbackTimeout bounds a rollback made after the caller's context ended,
+// and a commit.
 const rollbackTimeout = 5 * time.Second
 
 // rollback rolls tx back on a context that ctx's end does not stop, within
@@ -155,7 +156,9 @@ func (f Fence) Setup(ctx context.Context, db Beginner) error {
 // token. Otherwise it rolls back and returns a *fence.StaleError naming the
 // highest token seen. Errors from write roll back too, the fence row's move
 // included (unlike fence.Guard, which cannot undo it), and are returned.
-// An empty resource, a nil write, and token 0 or above math.MaxInt64 are
+// A ctx that ends before the commit fails Do with its error, and nothing
+// commits, in the caller's transaction either; the commit itself, once
+// begun, is not cut short by ctx (it is bounded at 5 s). An empty resource, a nil write, and token 0 or above math.MaxInt64 are
 // refused with an error wrapping tenure.ErrInvalidConfig.
 func (f Fence) Do(ctx context.Context, db Beginner, resource string, token uint64, write func(ctx context.Context, tx pgx.Tx) error) error {
 	t, err := f.table()
@@ -195,7 +198,18 @@ func (f Fence) Do(ctx context.Context, db Beginner, resource string, token uint6
 	if err := write(ctx, tx); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	// An ended ctx fails Do, and the deferred rollback (on a fresh
+	// context) undoes everything. pgx's Commit of a savepoint on an ended
+	// ctx would send nothing yet mark it released, and the write would
+	// commit with the caller's transaction after Do reported a failure.
+	// Once begun, the commit runs to its end, so that its error is its
+	// outcome.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pgfence: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	return tx.Commit(cctx)
 }
 
 // DoTerm is Do with term's token, after refusing an advisory term (see

@@ -447,3 +447,49 @@ func TestDo_WriteErrorAfterCancelRollsBackInTheCallersTransaction(t *testing.T) 
 		t.Fatalf("the failed write's fence move committed (%d row(s), %v)", n, err)
 	}
 }
+
+// TestDo_CancelAfterASuccessfulWriteIsNotCommittedInTheCallersTransaction:
+// Do in the caller's transaction (a savepoint) whose write succeeds while
+// the caller's ctx ends returns an error, and then nothing of it may
+// commit with the caller's transaction. Before, pgx's savepoint Commit on
+// an ended ctx sent no RELEASE but marked the savepoint closed, so the
+// rollback sent nothing either: Do reported the ctx's error, and the write
+// and the fence move committed with the caller's transaction.
+func TestDo_CancelAfterASuccessfulWriteIsNotCommittedInTheCallersTransaction(t *testing.T) {
+	bg := context.Background()
+	db := pool(t)
+	dropAfter(t, db, "fence_cancel_ok", "fence_cancel_ok_data")
+	f := pgfence.Fence{Table: "fence_cancel_ok"}
+	if err := f.Setup(bg, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(bg, `CREATE TABLE fence_cancel_ok_data (v text)`); err != nil {
+		t.Fatal(err)
+	}
+	outer, err := db.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Rollback(bg) //nolint:errcheck // after Commit it is a no-op
+	ctx, cancel := context.WithCancel(bg)
+	doErr := f.Do(ctx, outer, "r", 9, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO fence_cancel_ok_data VALUES ('done')`); err != nil {
+			return err
+		}
+		cancel() // the caller gives up just as the write is done
+		return nil
+	})
+	if doErr == nil {
+		t.Fatal("Do = nil after its ctx ended before the commit; want the ctx's error")
+	}
+	if err := outer.Commit(bg); err != nil {
+		t.Fatalf("commit of the caller's transaction: %v", err)
+	}
+	var n int
+	if err := db.QueryRow(bg, `SELECT count(*) FROM fence_cancel_ok_data`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("Do returned %v, yet %d row(s) of its write committed (%v)", doErr, n, err)
+	}
+	if err := db.QueryRow(bg, `SELECT count(*) FROM fence_cancel_ok WHERE token > 0`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("Do failed, yet its fence move committed (%d row(s), %v)", n, err)
+	}
+}
