@@ -47,8 +47,10 @@ type Callbacks struct {
 	// OnHardStop runs when OnElected ignored its cancelled ctx for longer
 	// than Config.StopTimeout. Default: log at Error and exit the process
 	// with status 1, because the work may now overlap the next leader's.
-	// It may call the Elector's Close or Resign: they return once
-	// OnElected has (leadership is released then, while OnHardStop may
-	// still run).
+	// Leadership is released after OnHardStop returns, except that a
+	// Close or Resign asked once OnHardStop has begun (from OnHardStop
+	// itself, or from another goroutine) releases it as soon as OnElected
+	// has returned, while OnHardStop may still run: so OnHardStop may call
+	// them.
 	OnHardStop func(term Term)
 }

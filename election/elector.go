@@ -89,6 +89,13 @@ type leadership struct {
 	done   chan struct{} // the loss watcher exited
 	work   chan struct{} // closed when Run's elected work has returned; nil outside Run
 
+	// Run's term only: workDone closes when OnElected returns; hardStop
+	// when OnHardStop begins; finish (once) closes work and drops the
+	// lease hold.
+	workDone   chan struct{}
+	hardStop   chan struct{}
+	finishOnce sync.Once
+
 	released bool      // the entry was deleted (guarded by Elector.mu)
 	ended    time.Time // when the term's context ended (guarded by Elector.mu)
 }
@@ -526,8 +533,26 @@ func (e *Elector) cleanup(ctx context.Context, l *lease, t Ticket) {
 	}
 }
 
-// startLeadership records the term and starts its loss watcher, or returns
-// nil when the elector was closed meanwhile.
+// manage makes ld Run's term: its entry is not released, nor its lease's
+// session closed, before finish. e.mu must be held.
+func (ld *leadership) manage() {
+	ld.work = make(chan struct{})
+	ld.workDone = make(chan struct{})
+	ld.hardStop = make(chan struct{})
+	ld.lease.hold()
+}
+
+// finish ends Run's hold on the term once: Resign and Close may release
+// the entry, and the lease's session may close.
+func (ld *leadership) finish(e *Elector) {
+	ld.finishOnce.Do(func() {
+		e.mu.Lock()
+		close(ld.work)
+		e.mu.Unlock()
+		ld.lease.release()
+	})
+}
+
 // isLoss reports whether err says why a term ended: one of the reasons
 // OnDemoted documents.
 func isLoss(err error) bool {
@@ -539,6 +564,8 @@ func isLoss(err error) bool {
 	return false
 }
 
+// startLeadership records the term and starts its loss watcher, or returns
+// nil when the elector was closed meanwhile.
 func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed bool) *leadership {
 	ctx, cancel := context.WithCancelCause(l.ctx)
 	ld := &leadership{term: term, ticket: t, lease: l, ctx: ctx, cancel: cancel, done: make(chan struct{})}
@@ -549,8 +576,7 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed 
 		return nil
 	}
 	if managed {
-		ld.work = make(chan struct{})
-		l.hold()
+		ld.manage()
 	}
 	e.lead = ld
 	e.wg.Add(1) // Close waits for the watcher too
@@ -559,15 +585,8 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed 
 		defer close(ld.done)
 		err := l.sess.WatchLoss(ctx, t)
 		if ctx.Err() == nil {
-			switch {
-			case err == nil:
+			if err == nil {
 				err = tenure.ErrOwnershipLost
-			case !isLoss(err):
-				// The backend could not watch (a transient error): the
-				// term cannot be guaranteed, so it ends, and as a
-				// resignation: Run deletes the entry, which is still
-				// there with its session.
-				err = fmt.Errorf("%w: the backend could not watch the entry: %w", tenure.ErrResigned, err)
 			}
 			cancel(err)
 		}
@@ -609,8 +628,7 @@ func (e *Elector) takeLive(managed bool) (*leadership, bool) {
 		return nil, false
 	}
 	if managed && ld.work == nil {
-		ld.work = make(chan struct{})
-		ld.lease.hold()
+		ld.manage()
 	}
 	return ld, true
 }
@@ -741,7 +759,16 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 	work := ld.work
 	e.mu.Unlock()
 	if work != nil {
-		<-work // Run waits for the work, with its hard stop
+		// Run waits for the work, with its hard stop. Asked once the hard
+		// stop has begun (from OnHardStop, say, which Run waits for), the
+		// release goes ahead as soon as OnElected has returned.
+		select {
+		case <-ld.hardStop:
+			<-ld.workDone
+			ld.finish(e)
+		default:
+			<-work
+		}
 	}
 	e.mu.Lock()
 	released := ld.released

@@ -175,3 +175,60 @@ func TestRun_OnLeaderEndsWithTheStateRunLeaves(t *testing.T) {
 		t.Fatalf("OnLeader's last call reported %v after Run returned, want b's term %v", last, term)
 	}
 }
+
+// TestRun_ReleaseAskedBeforeTheHardStopWaitsForIt: a Resign asked before
+// OnHardStop began (a shutdown that cancelled the term while the work
+// ignored it) releases leadership only once OnHardStop has returned, as
+// it always did: OnHardStop may still be stopping what the work left.
+// 9f15620 released it as soon as OnElected returned.
+func TestRun_ReleaseAskedBeforeTheHardStopWaitsForIt(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", time.Second) // StopTimeout 100 ms
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	release := make(chan struct{})
+	elected := make(chan struct{})
+	var hardStopEnded atomic.Int64
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(runCtx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) {
+				close(elected)
+				<-ctx.Done()
+				<-release
+			},
+			OnHardStop: func(tenure.Term) {
+				close(release) // the work returns at once...
+				time.Sleep(300 * time.Millisecond)
+				hardStopEnded.Store(time.Now().UnixNano()) // ...while this goes on
+			},
+		})
+	}()
+	<-elected
+	bElected := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.Campaign(ctx); err != nil {
+			t.Error(err)
+		}
+		bElected <- time.Now()
+	}()
+	electiontest.WaitFor(t, 5*time.Second, "b queued", func() bool { return srv.Entries(key) == 2 })
+	resigned := make(chan error, 1)
+	go func() { resigned <- a.Resign(ctx) }()
+	var at time.Time
+	select {
+	case at = <-bElected:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b not elected 5 s after a's Resign")
+	}
+	if err := <-resigned; err != nil {
+		t.Fatal(err)
+	}
+	end := hardStopEnded.Load()
+	if end == 0 || at.UnixNano() < end {
+		t.Fatalf("b elected %v before OnHardStop returned (0: it had not)", time.Duration(end-at.UnixNano()))
+	}
+	stopRun()
+	<-runDone
+}

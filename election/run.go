@@ -21,9 +21,9 @@ import (
 // campaigns again. OnElected returning on its own is a resignation. If
 // cb.OnLeader is set, Run observes the key and reports its changes, the
 // latest winning over those a slow OnLeader has not taken yet (Observe);
-// before it returns, it reads the key once more (on a context bounded by
-// Config.CleanupTimeout) and reports the holder its resignation left, if
-// the observer had not.
+// when it has led, it reads the key once more before it returns (for at
+// most RenewInterval) and reports the holder its resignation left, if the
+// observer had not.
 //
 // When ctx ends, Run stops the elected work, resigns, and returns
 // tenure.ErrCanceled joined with ctx.Err(). It returns tenure.ErrClosed after
@@ -39,6 +39,7 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 		return err
 	}
 	defer func() { <-e.runSem }()
+	led := false // a term of this Run's ended: its last OnLeader may be stale
 	if cb.OnLeader != nil || e.rec.m != nil { // the observer also measures failovers
 		// Not stopped by ctx: Run resigns after ctx ends, and OnLeader
 		// should end with the state that leaves.
@@ -58,15 +59,21 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 		defer func() {
 			stopObs()
 			<-obsDone
-			if cb.OnLeader == nil || last.Key == "" {
+			if cb.OnLeader == nil || last.Key == "" || !led {
 				return
 			}
 			// The observer may have stopped before it saw the resignation
-			// (or Close) that Run just made: read the key once more.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CleanupTimeout)
+			// (or Close) that Run just made: read the key once more, for
+			// at most a renewal interval.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(e.cfg.CleanupTimeout, e.cfg.RenewInterval))
 			defer cancel()
 			if l, err := e.Leader(fctx); err == nil && !sameLeader(l, last) {
-				e.safely("OnLeader", func() { cb.OnLeader(l) })
+				done := make(chan struct{})
+				go func() { // OnLeader runs on a goroutine of its own
+					defer close(done)
+					e.safely("OnLeader", func() { cb.OnLeader(l) })
+				}()
+				<-done
 			}
 		}()
 	}
@@ -89,6 +96,7 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 			continue
 		}
 		term := ld.term
+		led = true
 		reason := e.lead1(ctx, ld, cb)
 		e.safely("OnDemoted", func() {
 			if cb.OnDemoted != nil {
@@ -108,19 +116,10 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 // session lives. It returns the demotion reason.
 func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks) error {
 	term, lctx := ld.term, ld.ctx
-	workDone := make(chan struct{})
+	workDone := ld.workDone
 	var panicked error
 	go func() {
-		// The moment the work has returned (not once OnHardStop has too,
-		// which may itself call Close or Resign and wait for this):
-		// Resign and Close may release the entry now.
-		defer func() {
-			e.mu.Lock()
-			close(ld.work)
-			e.mu.Unlock()
-			ld.lease.release()
-			close(workDone)
-		}()
+		defer close(ld.workDone)
 		if cb.OnElected == nil {
 			<-lctx.Done()
 			return
@@ -134,9 +133,16 @@ func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks
 	}
 	// Ask the work to stop (no-op if the term already ended), then wait.
 	ld.cancel(tenure.ErrResigned)
-	e.awaitWork(term, workDone, cb)
+	e.awaitWork(ld, cb)
+	ld.finish(e) // Resign and Close may release the entry now
 	<-ld.done
 	reason := context.Cause(lctx)
+	if !isLoss(reason) {
+		// The loss watch failed without proving the term lost (a
+		// backend's transient error; the watcher logged it): the entry
+		// is still there with its session, so Run gives it up.
+		reason = fmt.Errorf("%w: the backend could not watch the entry: %w", tenure.ErrResigned, reason)
+	}
 	if panicked != nil {
 		if errors.Is(reason, tenure.ErrResigned) { // the term was live: the panic ended it
 			reason = fmt.Errorf("%w: %w", tenure.ErrResigned, panicked)
@@ -166,7 +172,8 @@ const hardStopFlush = 100 * time.Millisecond
 // awaitWork waits for the elected work to return; after StopTimeout it runs
 // OnHardStop once and keeps waiting: leadership is not released while the
 // work runs.
-func (e *Elector) awaitWork(term tenure.Term, workDone <-chan struct{}, cb tenure.Callbacks) {
+func (e *Elector) awaitWork(ld *leadership, cb tenure.Callbacks) {
+	term, workDone := ld.term, ld.workDone
 	t := time.NewTimer(e.cfg.StopTimeout)
 	defer t.Stop()
 	select {
@@ -201,6 +208,7 @@ func (e *Elector) awaitWork(term tenure.Term, workDone <-chan struct{}, cb tenur
 			os.Exit(1)
 		}
 	}
+	close(ld.hardStop) // a release asked from now on goes ahead once the work returns
 	e.safely("OnHardStop", func() { hard(term) })
 	<-workDone
 }
