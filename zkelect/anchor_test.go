@@ -2,11 +2,13 @@ package zkelect_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/internal/faultproxy"
 	"github.com/tenure-go/tenure/zkelect"
@@ -15,9 +17,8 @@ import (
 // TestAnchor_StandaloneServerCountsFromItsOwnSync: a standalone server
 // touches the session on every packet and has no one to hand over to, so
 // a renewal on a connection to it counts from its own sync, the session
-// confirms itself every RenewInterval, and a DeadlineMargin above 3/8 of
-// the TTL is accepted (on an ensemble: from an older sync, see
-// TestEnsemble_FollowerCutOffFromTheLeaderServer).
+// confirms itself every RenewInterval (on an ensemble: from an older sync,
+// see TestEnsemble_FollowerCutOffFromTheLeaderServer).
 func TestAnchor_StandaloneServerCountsFromItsOwnSync(t *testing.T) {
 	b := dial(t, server.Endpoints())
 	defer b.Close()
@@ -27,7 +28,12 @@ func TestAnchor_StandaloneServerCountsFromItsOwnSync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	before := time.Now()
-	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 4, DeadlineMargin: ttl / 2})
+	// The margin's limit is the ensemble's, here too (a configuration
+	// that works on a single server works on an ensemble).
+	if _, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 4, DeadlineMargin: ttl / 2}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("OpenSession with DeadlineMargin TTL/2: %v, want ErrInvalidConfig", err)
+	}
+	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 4, DeadlineMargin: ttl * 3 / 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,8 +63,9 @@
 //     an ensemble a reply moves the deadline to the send time of the
 //     latest sync answered at least a quarter of the session timeout
 //     before this one was sent (or of the connection's dial) + session
-//     timeout − margin, syncs go every TTL/8 if that is sooner, and a
-//     DeadlineMargin above 3/8 of the TTL is refused. This assumes the
+//     timeout − margin, and syncs go every TTL/8 if that is sooner. A
+//     DeadlineMargin above 3/8 of the TTL is refused (on a single server
+//     too: CheckDeadlineMargin). This assumes the
 //     leader server pings at least that often (tickTime/2 ≤ timeout/4),
 //     which holds unless the servers' minSessionTimeout is set under 2 ×
 //     tickTime. Each connection reads /zookeeper/config to tell a single

@@ -18,8 +18,8 @@ import (
 // OpenSession ties a session to the connection's current ZooKeeper session
 // and confirms it with a sync every opts.RenewInterval, or every TTL/8 if
 // that is sooner while the connection is not known to reach a single
-// server (see anchor.go). On an ensemble it refuses a DeadlineMargin above
-// 3/8 of the TTL (tenure.ErrInvalidConfig).
+// server (see anchor.go). It refuses a DeadlineMargin above 3/8 of the TTL
+// (CheckDeadlineMargin).
 func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions) (election.Session, error) {
 	if err := b.CheckTTL(opts.TTL); err != nil {
 		return nil, err
@@ -30,10 +30,8 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if c := b.tap.cur.Load(); c != nil && c.role.Load() == roleEnsemble && opts.DeadlineMargin > opts.TTL*3/8 {
-		// Renewals count from a sync up to 3/8 of the TTL old (anchor.go):
-		// a larger margin leaves no room for one failed renewal.
-		return nil, fmt.Errorf("%w: zookeeper: on an ensemble DeadlineMargin %v must be at most 3/8 of the TTL %v (renewals count from a sync a quarter of the TTL old)", tenure.ErrInvalidConfig, opts.DeadlineMargin, opts.TTL)
+	if err := CheckDeadlineMargin(opts.TTL, opts.DeadlineMargin); err != nil {
+		return nil, err
 	}
 	id, err := b.awaitSession(ctx)
 	if err != nil {
@@ -79,6 +77,23 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	b.mu.Unlock()
 	go s.keepAlive()
 	return s, nil
+}
+
+// MaxDeadlineMargin returns the largest DeadlineMargin a session with the
+// given TTL may use: 3/8 of the TTL. On an ensemble a renewal counts from a
+// sync up to 3/8 of the TTL old (see OpenSession), and a larger margin
+// would leave no room for one failed renewal. The limit holds on a single
+// server too, so that a configuration that works there works on an
+// ensemble.
+func MaxDeadlineMargin(ttl time.Duration) time.Duration { return ttl * 3 / 8 }
+
+// CheckDeadlineMargin refuses a margin above MaxDeadlineMargin(ttl) with an
+// error wrapping tenure.ErrInvalidConfig.
+func CheckDeadlineMargin(ttl, margin time.Duration) error {
+	if margin > MaxDeadlineMargin(ttl) {
+		return fmt.Errorf("%w: zookeeper: DeadlineMargin %v must be at most 3/8 of the TTL %v (%v): on an ensemble a renewal counts from a sync a quarter of the TTL old", tenure.ErrInvalidConfig, margin, ttl, MaxDeadlineMargin(ttl))
+	}
+	return nil
 }
 
 // session is one elector's view of the connection's ZooKeeper session: it

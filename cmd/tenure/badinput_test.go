@@ -51,6 +51,7 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 		{"bad metrics addr", []string{"exec", "--endpoints", endpoint, "--key", "k", "--metrics-addr", "nowhere:-1", "--", "true"}, "--metrics-addr"},
 		{"zk relative key", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "locks/a", "--", "true"}, "absolute path"},
 		{"zk key under /zookeeper", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/zookeeper/x", "--", "true"}, "reserves"},
+		{"zk grace too long for ttl", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "2s", "--grace", "1s", "--", "true"}, "--grace 1s is too long for --ttl 2s on ZooKeeper"},
 		{"zk sub-second ttl", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "500ms", "--grace", "0s", "--", "true"}, "at least 1s"},
 		{"zk ttl above the server's maximum", []string{"exec", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "30s", "--", "true"}, "negotiated"},
 		{"zk leader ttl above the server's maximum", []string{"leader", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "30s"}, "negotiated"},

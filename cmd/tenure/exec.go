@@ -23,6 +23,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/zkelect"
 )
 
 type execFlags struct {
@@ -31,6 +32,7 @@ type execFlags struct {
 	identity    string
 	noWait      bool
 	grace       time.Duration
+	graceSet    bool // by the flag or TENURE_GRACE, not the default
 	metricsAddr string
 	metricsFile string
 }
@@ -42,7 +44,7 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL: how long a crashed holder keeps KEY (whole seconds on etcd; the session timeout on zk)")
 	fs.StringVar(&f.identity, "identity", "", "identity shown to observers (default hostname-pid)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "if KEY is held, exit 0 at once without running CMD (cron on N replicas)")
-	fs.DurationVar(&f.grace, "grace", time.Second, "time CMD gets between SIGTERM and SIGKILL when leadership is lost")
+	fs.DurationVar(&f.grace, "grace", time.Second, "time CMD gets between SIGTERM and SIGKILL when leadership is lost (on zk at most 3/8 of --ttl less max(TTL/10, 100ms); the default shrinks to fit)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz, /leader (200 on the holder, 503 elsewhere) and /status on HOST:PORT")
 	fs.StringVar(&f.metricsFile, "metrics-file", "", "on exit, write this run's metrics to FILE in Prometheus text format (atomically; for node_exporter's textfile collector: cron jobs exit before any scrape)")
 	fs.Usage = func() {
@@ -81,6 +83,10 @@ Flags:
 		fs.PrintDefaults()
 	}
 	rest, err := parse(fs, args, stdout)
+	fs.Visit(func(fl *flag.Flag) { f.graceSet = f.graceSet || fl.Name == "grace" })
+	if _, ok := os.LookupEnv("TENURE_GRACE"); ok {
+		f.graceSet = true
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
@@ -112,7 +118,16 @@ func (f *execFlags) config() (election.Config, error) {
 	if f.grace < 0 {
 		return election.Config{}, fmt.Errorf("--grace %v must not be negative", f.grace)
 	}
-	margin := f.grace + max(f.ttl/10, 100*time.Millisecond)
+	safety := max(f.ttl/10, 100*time.Millisecond)
+	if f.backend == "zookeeper" && !f.graceSet {
+		// The default shrinks to what a ZooKeeper session of this TTL
+		// allows (zkelect.MaxDeadlineMargin); a --grace given is checked.
+		f.grace = max(0, min(f.grace, zkelect.MaxDeadlineMargin(f.ttl)-safety))
+	}
+	margin := f.grace + safety
+	if f.backend == "zookeeper" && zkelect.CheckDeadlineMargin(f.ttl, margin) != nil {
+		return election.Config{}, fmt.Errorf("--grace %v is too long for --ttl %v on ZooKeeper: --grace plus max(TTL/10, 100ms) must be at most 3/8 of the TTL (%v); raise --ttl or lower --grace", f.grace, f.ttl, zkelect.MaxDeadlineMargin(f.ttl))
+	}
 	renew := min(f.ttl/3, (f.ttl-margin)/2)
 	if renew <= 0 {
 		return election.Config{}, fmt.Errorf("--grace %v leaves no room in --ttl %v: CMD must be stopped before the lease can expire; raise --ttl or lower --grace", f.grace, f.ttl)
