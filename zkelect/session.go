@@ -269,8 +269,26 @@ const reapAny int64 = 0
 // reap deletes the node p in the background until it is gone, the
 // ZooKeeper session id ends (the node goes with it), or the Backend
 // closes. With id reapAny, only the first and the last end it.
+//
+// Each try first deletes p at version 0 (tenure never changes its nodes,
+// and a name is never reused: such a node is the one made as p), one
+// request that takes effect even when its reply is lost: on a link whose
+// round trip outlasts go-zookeeper's connections (it gives one up after
+// two thirds of the session timeout without a reply), a read first never
+// comes back, while each reconnection keeps the session, and so the node,
+// alive. A node at another version is deleted only after a read shows it
+// is the one p named (deleteOwned).
 func (b *Backend) reap(id int64, p string, z uint64) {
-	b.reapLoop(id, func() bool { return b.deleteOwned(id, p, z) })
+	b.reapLoop(id, func() bool {
+		err := b.conn.Delete(p, 0)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			return true
+		case errors.Is(err, zk.ErrBadVersion):
+			return b.deleteOwned(id, p, z)
+		}
+		return false
+	})
 }
 
 // reapGUID deletes, in the background, every node under key created with
