@@ -39,7 +39,8 @@ func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
 		return err
 	}
 	defer func() { <-e.runSem }()
-	led := false // a term of this Run's ended: its last OnLeader may be stale
+	// led: a term of this Run's ended, so its last OnLeader may be stale.
+	led := false
 	if cb.OnLeader != nil || e.rec.m != nil { // the observer also measures failovers
 		// Not stopped by ctx: Run resigns after ctx ends, and OnLeader
 		// should end with the state that leaves.
