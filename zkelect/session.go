@@ -276,18 +276,20 @@ const reapAny int64 = 0
 // round trip outlasts go-zookeeper's connections (it gives one up after
 // two thirds of the session timeout without a reply), a read first never
 // comes back, while each reconnection keeps the session, and so the node,
-// alive. A node at another version is deleted only after a read shows it
-// is the one p named (deleteOwned).
+// alive. A node at another version, or a delete refused, is handled after
+// a read shows the node is the one p named (deleteOwned).
 func (b *Backend) reap(id int64, p string, z uint64) {
 	b.reapLoop(id, func() bool {
 		err := b.conn.Delete(p, 0)
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNoNode):
 			return true
-		case errors.Is(err, zk.ErrBadVersion):
-			return b.deleteOwned(id, p, z)
+		case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrClosing):
+			return false // try again on the next connection
 		}
-		return false
+		// Another version, or refused (deleteOwned gives up a delete the
+		// key's ACL refuses, with a warning): read it first.
+		return b.deleteOwned(id, p, z)
 	})
 }
 
