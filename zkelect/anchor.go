@@ -132,16 +132,7 @@ func (b *Backend) readRole(ctx context.Context) {
 // readRoleAsync runs readRole in the background (the event callback must
 // not block).
 func (b *Backend) readRoleAsync() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
-	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		b.readRole(context.Background())
-	}()
+	b.spawn(func() { b.readRole(context.Background()) })
 }
 
 // configNode holds the ensemble's membership (ZooKeeper 3.5 and later).

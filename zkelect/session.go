@@ -356,14 +356,7 @@ func (b *Backend) deleteOwned(id int64, p string, z uint64) (done bool) {
 // (never with reapAny) or the Backend closes, again after every change of
 // connection state or half a second.
 func (b *Backend) reapLoop(id int64, try func() (done bool)) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
-	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	b.spawn(func() {
 		for {
 			b.mu.Lock()
 			closed, ch := b.closed, b.changed
@@ -376,5 +369,21 @@ func (b *Backend) reapLoop(id int64, try func() (done bool)) {
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
+	})
+}
+
+// spawn runs f in a goroutine Close waits for, unless the Backend is
+// closed (then not at all). The check and the count are made under b.mu,
+// so that no count is added once Close waits.
+func (b *Backend) spawn(f func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
 	}()
 }
