@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/fence"
@@ -47,12 +48,6 @@ type txBeginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// begin starts Do's transaction at READ COMMITTED. A pgx.Tx runs Do in a
-// savepoint, at its own level (see Beginner). Any other Beginner (a wrapper
-// offering Begin alone) starts at the server's default level, which may be
-// stricter: the transaction is set to READ COMMITTED, unless it is a
-// savepoint of a transaction the wrapper holds, which runs at that
-// transaction's level, as a pgx.Tx does.
 // rollbackTimeout bounds a rollback made after the caller's context ended,
 // and a commit.
 const rollbackTimeout = 5 * time.Second
@@ -67,6 +62,13 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(rctx)
 }
 
+// begin starts Do's transaction at READ COMMITTED. A pgx.Tx runs Do in a
+// savepoint, at its own level (see Beginner). Any other Beginner (a wrapper
+// offering Begin alone) starts at the server's default level, which may be
+// stricter: the transaction is set to READ COMMITTED, unless it is a
+// savepoint of a transaction the wrapper holds, which runs at that
+// transaction's level, as a pgx.Tx does. Any other failure to set the
+// level is returned: Do never runs at a level it did not choose.
 func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 	if b, ok := db.(txBeginner); ok {
 		return b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -87,13 +89,25 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 		return tx, nil
 	}
 	if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
+		rollback(ctx, tx)
+		if !inSubtransaction(err) {
+			return nil, fmt.Errorf("pgfence: setting READ COMMITTED: %w", err)
+		}
 		// PostgreSQL refuses it in a savepoint: the Beginner wraps a
 		// transaction of the caller's, and Do runs at its level, as for
 		// a pgx.Tx (see Beginner).
-		rollback(ctx, tx)
 		return db.Begin(ctx)
 	}
 	return tx, nil
+}
+
+// inSubtransaction reports whether err is PostgreSQL's refusal of SET
+// TRANSACTION in a savepoint: SQLSTATE 25001 (active_sql_transaction).
+// PostgreSQL gives the same code once a query has taken a snapshot, which
+// cannot happen here: begin's SHOW takes none.
+func inSubtransaction(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25001"
 }
 
 // Fence guards writes with a fence table. The zero value uses DefaultTable

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -366,6 +367,67 @@ func TestDo_BeginOnlyBeginnerRunsAtReadCommitted(t *testing.T) {
 	}
 	if e2 != nil {
 		t.Errorf("the newer term was refused: %v", e2)
+	}
+}
+
+// dyingBeginner is a Begin-only Beginner whose transaction's connection is
+// terminated by the server just before Do sets the isolation level.
+type dyingBeginner struct {
+	db     *pgxpool.Pool
+	begins *int
+}
+
+func (w dyingBeginner) Begin(ctx context.Context) (pgx.Tx, error) {
+	*w.begins++
+	tx, err := w.db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return dyingTx{Tx: tx, db: w.db}, nil
+}
+
+type dyingTx struct {
+	pgx.Tx
+	db *pgxpool.Pool
+}
+
+func (tx dyingTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if strings.HasPrefix(sql, "SET TRANSACTION") {
+		pid := tx.Conn().PgConn().PID()
+		if _, err := tx.db.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+	}
+	return tx.Tx.Exec(ctx, sql, args...)
+}
+
+// TestDo_FailureToSetReadCommittedIsReturned: only PostgreSQL's refusal
+// in a savepoint lets Do run at another level than READ COMMITTED. Before,
+// any failure of SET TRANSACTION (here the connection dies) made Do begin
+// again and run, at the server's default level (SERIALIZABLE here).
+func TestDo_FailureToSetReadCommittedIsReturned(t *testing.T) {
+	ctx := context.Background()
+	db := pool(t, "default_transaction_isolation", "serializable")
+	dropAfter(t, db, "fence_dying")
+	f := pgfence.Fence{Table: "fence_dying"}
+	if err := f.Setup(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	begins, wrote := 0, false
+	err := f.Do(ctx, dyingBeginner{db: db, begins: &begins}, "r", 3, func(context.Context, pgx.Tx) error { wrote = true; return nil })
+	t.Logf("Do, connection terminated before SET TRANSACTION: %v (%d Begin calls)", err, begins)
+	if err == nil || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Errorf("Do = %v, want the failure to set READ COMMITTED", err)
+	}
+	if wrote {
+		t.Error("Do ran the write although it could not set READ COMMITTED")
+	}
+	if begins != 1 {
+		t.Errorf("Do called Begin %d times, want 1", begins)
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM fence_dying`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("fence rows = %d, %v; want none", n, err)
 	}
 }
 
