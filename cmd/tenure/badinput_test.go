@@ -245,3 +245,19 @@ func TestLeader_WatchEndsWhenItsReaderIsGone(t *testing.T) {
 	}
 	t.Logf("tenure leader --watch ended %v after its reader went", time.Since(start))
 }
+
+// TestFlags_BadEnvironmentValueYieldsToTheFlag: a flag on the command line
+// wins over its TENURE_<FLAG> variable, also when the variable does not
+// parse; and --help helps whatever the environment. Before, both exited 2
+// with `TENURE_TTL="soon": parse error`.
+func TestFlags_BadEnvironmentValueYieldsToTheFlag(t *testing.T) {
+	env := []string{"TENURE_TTL=soon"}
+	_, errOut, code := runTenure(t, env, "exec", "--endpoints", endpoint, "--key", testKey(t), "--ttl", "10s", "--", "true")
+	if code != 0 {
+		t.Errorf("TENURE_TTL=soon tenure exec --ttl 10s ... -- true: exit %d, want 0; stderr: %s", code, errOut)
+	}
+	out, errOut, code := runTenure(t, env, "exec", "--help")
+	if code != 0 || !strings.Contains(out, "Usage: tenure exec") {
+		t.Errorf("TENURE_TTL=soon tenure exec --help: exit %d, stdout %q, stderr %q; want 0 and the usage", code, out, errOut)
+	}
+}

@@ -57,7 +57,9 @@ var exported = map[string]bool{"TENURE_KEY": true, "TENURE_IDENTITY": true}
 // the flags. --help prints the usage to help (stdout: asked for, it is
 // the answer).
 func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
-	var envErr error
+	// A variable that does not parse is an error only for a flag the
+	// command line does not set: the flag wins, and --help still helps.
+	envErrs := map[string]error{}
 	_, nested := os.LookupEnv("TENURE_TERM")
 	nested = nested && fs.Name() == "exec"
 	fs.VisitAll(func(f *flag.Flag) {
@@ -66,15 +68,13 @@ func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 			return
 		}
 		if v, ok := os.LookupEnv(name); ok {
-			if err := f.Value.Set(v); err != nil && envErr == nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			if err := f.Value.Set(v); err != nil {
+				envErrs[f.Name] = fmt.Errorf("%s=%q: %w", name, v, err)
+				return
 			}
 			f.DefValue = v
 		}
 	})
-	if envErr != nil {
-		return nil, envErr
-	}
 	// Errors are reported by the caller on one line.
 	usage := fs.Usage
 	fs.Usage = func() {}
@@ -84,16 +84,27 @@ func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 		if e, ok := f.Value.(*endpointsFlag); ok {
 			e.flagged = true
 		}
+		delete(envErrs, f.Name)
 	})
 	fs.SetOutput(help)
 	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
 		fs.Usage()
+		return nil, err
 	}
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err != nil {
 		return nil, fmt.Errorf("%w (see tenure %s --help)", err, fs.Name())
 	}
-	return fs.Args(), err
+	var first string
+	fs.VisitAll(func(f *flag.Flag) { // in the flags' order: one error, always the same
+		if _, bad := envErrs[f.Name]; bad && first == "" {
+			first = f.Name
+		}
+	})
+	if first != "" {
+		return nil, envErrs[first]
+	}
+	return fs.Args(), nil
 }
 
 // endpointsFlag is --endpoints: a comma-separated list, or, when neither
