@@ -782,3 +782,35 @@ func TestRun_PanicInOnElectedKeepsWhyTheTermEnded(t *testing.T) {
 		t.Errorf("Run: %v, want ErrCanceled", err)
 	}
 }
+
+// TestLeaseExpiredError_CarriesTheDeadline: a term that ends at its lease
+// deadline says which deadline it was, so that a process paused past it
+// can tell, when it runs again, how long ago its term really ended.
+func TestLeaseExpiredError_CarriesTheDeadline(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, ac := newElector(t, srv, key, "a", 2*time.Second)
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ac.CutOff()
+	// No renewal is acknowledged from here on: the deadline stops moving
+	// once the renewals in flight are answered.
+	var last time.Time
+	electiontest.WaitFor(t, 10*time.Second, "a's term to end at its deadline", func() bool {
+		if d := a.Deadline(); !d.IsZero() {
+			last = d
+		}
+		return a.Err() != nil
+	})
+	var lee *election.LeaseExpiredError
+	if !errors.As(a.Err(), &lee) || !errors.Is(a.Err(), tenure.ErrLeaseExpired) {
+		t.Fatalf("term ended with %v (%T), want a *LeaseExpiredError wrapping ErrLeaseExpired", a.Err(), a.Err())
+	}
+	t.Logf("deadline %v, last seen %v, term ended %v after it", lee.Deadline.Format(time.StampMicro), last.Format(time.StampMicro), time.Since(lee.Deadline))
+	if lee.Deadline.IsZero() || !lee.Deadline.Equal(last) {
+		t.Errorf("LeaseExpiredError.Deadline = %v, want the last deadline seen, %v", lee.Deadline, last)
+	}
+	if lee.Error() != tenure.ErrLeaseExpired.Error() {
+		t.Errorf("Error() = %q, want ErrLeaseExpired's %q", lee.Error(), tenure.ErrLeaseExpired.Error())
+	}
+}

@@ -247,7 +247,7 @@ func (l *lease) run() {
 // DeadlineMargin later, and not while elected work still runs, unless the
 // lease is being stopped.
 func (l *lease) expire() {
-	l.cancel(tenure.ErrLeaseExpired)
+	l.cancel(&LeaseExpiredError{Deadline: l.Deadline()})
 	l.onLost()
 	l.logAsync(func(log *zap.Logger) {
 		log.Warn("lease deadline passed without an acknowledged renewal; session abandoned")
@@ -275,3 +275,25 @@ func (l *lease) closeSession() {
 		})
 	}
 }
+
+// LeaseExpiredError is why a term ends when its lease deadline passed
+// without an acknowledged renewal: Err, OnDemoted's reason and the cause
+// of OnElected's ctx carry it. It wraps tenure.ErrLeaseExpired.
+//
+// Deadline is that instant on this process's clock. A process that was
+// paused past it (a long GC pause, a stopped or frozen process, a VM
+// paused by its host) learns that its term ended only when it runs again,
+// possibly well after Deadline, when the server may already have expired
+// the lease and elected another: whatever must end before that, ends at
+// once. The zero Deadline means unknown.
+//
+// A LeaseExpiredError is a plain value, safe to share once returned.
+type LeaseExpiredError struct {
+	Deadline time.Time
+}
+
+// Error returns tenure.ErrLeaseExpired's message.
+func (e *LeaseExpiredError) Error() string { return tenure.ErrLeaseExpired.Error() }
+
+// Unwrap returns tenure.ErrLeaseExpired.
+func (e *LeaseExpiredError) Unwrap() error { return tenure.ErrLeaseExpired }
