@@ -51,25 +51,29 @@ func cmdExec(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), `Usage: tenure exec --key KEY [flags] -- CMD [ARG...]
 
 Waits for KEY (first come, first served), runs CMD while holding it, and
-releases KEY the moment CMD exits; exits with CMD's status. CMD runs in its
-own process group with TENURE_TERM (the fencing token: pass it to whatever
-CMD writes to), TENURE_KEY, TENURE_IDENTITY, TENURE_BACKEND and
-TENURE_ENDPOINTS set (a bare tenure leader inside CMD reports KEY).
+releases KEY the moment CMD exits; exits with CMD's status. CMD runs in a
+session (and process group) of its own with TENURE_TERM (the fencing
+token: pass it to whatever CMD writes to), TENURE_KEY, TENURE_IDENTITY,
+TENURE_BACKEND and TENURE_ENDPOINTS set (a bare tenure leader inside CMD
+reports KEY).
 
 On SIGTERM, SIGINT or SIGHUP (unless started ignoring it, as under nohup),
-tenure sends SIGTERM to CMD's process group, waits for CMD and releases
-KEY at once; a second such signal sends SIGKILL. What CMD leaves running
-when it exits is stopped (SIGTERM, SIGKILL --grace later) before KEY is
-released. Ctrl-Z is ignored while CMD runs; CMD does not own the
-terminal, so give a CMD that reads input a file or a pipe.
+tenure sends SIGTERM to CMD's processes (its process group, and every
+other process it started, in another group or not), waits for CMD and
+releases KEY at once; a second such signal sends SIGKILL. What CMD leaves
+running when it exits is stopped (SIGTERM, SIGKILL --grace later, or at
+once on a signal) before KEY is released. Ctrl-Z is ignored while CMD
+runs; CMD has no controlling terminal, so give a CMD that reads input a
+file or a pipe.
 
 If leadership is lost while CMD runs (the lease could not be renewed), CMD
 gets SIGTERM and, --grace later, SIGKILL, both before the server can
 expire the lease and elect another holder; what CMD leaves running gets
-its SIGKILL by the same deadline, even if CMD exits before it. tenure then
-exits 4. If tenure
-itself is killed, the kernel kills CMD, and a guard process (tenure
-__guard) kills what is left of CMD's process group.
+its SIGKILL by the same deadline, even if CMD exits before it. A tenure
+paused past that deadline (stopped, frozen) SIGKILLs them the moment it
+runs again. tenure then exits 4. If tenure itself is killed, the kernel
+kills CMD, and a guard process (tenure __guard) kills what is left of
+CMD's session: only a process that left it (setsid) escapes.
 
 Examples:
   tenure exec --key backup --endpoints 10.0.0.1:2379 -- ./backup.sh
@@ -307,9 +311,18 @@ type shutdown struct {
 	timeout time.Duration
 	once    sync.Once
 	by      time.Time
+	quit    chan struct{} // closed by abort
+	abort1  sync.Once
 }
 
-func newShutdown(timeout time.Duration) *shutdown { return &shutdown{timeout: timeout} }
+func newShutdown(timeout time.Duration) *shutdown {
+	return &shutdown{timeout: timeout, quit: make(chan struct{})}
+}
+
+// abort ends the shared deadline now: the user will not wait (a signal
+// during the release). What runs goes on in the background until tenure
+// exits; KEY expires with the session.
+func (s *shutdown) abort() { s.abort1.Do(func() { close(s.quit) }) }
 
 // do runs f with a ctx that ends at the shared deadline, and returns f's
 // error, or the ctx's when the deadline came first (f then goes on in the
@@ -325,8 +338,13 @@ func (s *shutdown) do(f func(context.Context) error) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-s.quit:
+		return errAborted
 	}
 }
+
+// errAborted is shutdown.do's error after abort.
+var errAborted = errors.New("not waited for: tenure was signalled to stop")
 
 // supervise runs CMD while e leads and returns tenure's exit status.
 func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string, sigs <-chan os.Signal, stop *shutdown, stdout, stderr io.Writer) int {
@@ -341,25 +359,40 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		// --endpoints was a flag. (TLS and auth settings are not passed.)
 		"TENURE_ENDPOINTS="+f.endpoints.list,
 	)
-	// Own process group, so a signal reaches CMD's children too. If tenure
-	// itself is killed, the kernel kills CMD (the parent-death signal) and
-	// the guard kills the rest of CMD's group (see startGuard).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Own session, and so own process group, so that a signal reaches
+	// CMD's children too, and the guard finds CMD's processes by their
+	// session once tenure is gone (see tree.go). If tenure itself is
+	// killed, the kernel kills CMD (the parent-death signal) and the guard
+	// kills the rest (see startGuard).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	// tenure's lines from here on go through say, which never blocks: a
+	// stderr whose reader stalled must not hold up a signal to CMD or a
+	// SIGKILL at its deadline.
+	say := newNotes(stderr)
+	defer say.close(time.Second)
 	release := func() {
-		if err := stop.do(e.Resign); err != nil {
-			fmt.Fprintf(stderr, "tenure exec: releasing %s failed (it expires with the session): %s\n", f.key, oneLine(err))
+		done := make(chan error, 1)
+		go func() { done <- stop.do(e.Resign) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				say.printf("tenure exec: releasing %s failed (it expires with the session): %s\n", f.key, oneLine(err))
+			}
+		case s := <-sigs:
+			stop.abort()
+			say.printf("tenure exec: %v while releasing %s: not waiting for it (if not released, it expires with the session)\n", s, f.key)
 		}
 	}
 	// A suspended tenure cannot renew its lease while CMD, in its own
-	// process group, runs on: Ctrl-Z is caught, and dropped, from before
+	// session, runs on: Ctrl-Z is caught, and dropped, from before
 	// CMD starts. (Caught, not ignored: an ignored signal would be
 	// ignored in CMD too, since exec keeps SIG_IGN.)
 	tstp := make(chan os.Signal, 1)
 	signal.Notify(tstp, syscall.SIGTSTP)
 	defer signal.Stop(tstp)
 	// What CMD starts and leaves behind becomes tenure's child when CMD
-	// exits, so that stopGroup can reap it at once (init may take its
-	// time). Best effort: without it, stopGroup waits out --grace.
+	// exits: it stays in the tree tenure signals (see tree.go), and
+	// stopGroup can reap it at once (init may take its time).
 	_, _, _ = syscall.RawSyscall6(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0, 0, 0, 0)
 	// Orphans of CMD's processes that have exited are reaped as they go
 	// (see reapOrphans), until supervise returns; SIGCHLD is caught from
@@ -380,17 +413,17 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		if err := e.Err(); err != nil {
 			why = oneLine(err)
 		}
-		fmt.Fprintf(stderr, "tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], why)
+		say.printf("tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], why)
 		return exitLostLead
 	}
 	if err := cmd.Start(); err != nil {
 		release()
-		fmt.Fprintf(stderr, "tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
+		say.printf("tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
 		return 127
 	}
-	guardDone, err := startGuard(cmd.Process.Pid)
+	guardPid, guardDone, err := startGuard(cmd.Process.Pid)
 	if err != nil {
-		fmt.Fprintf(stderr, "tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
+		say.printf("tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
 		guardDone = func() {}
 	}
 	stopReaping, reaperDone := make(chan struct{}), make(chan struct{})
@@ -410,7 +443,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		close(stopReaping)
 		<-reaperDone
 	}()
-	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, s) }
+	signalAll := func(s syscall.Signal) { signalTree(cmd.Process.Pid, guardPid, s) }
 	signalled := false
 
 	// Leadership lost: SIGTERM, and SIGKILL at killAt, both before the
@@ -422,30 +455,42 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	onLost := func() {
 		lostLead = true
 		reason := e.Err()
+		now := time.Now()
+		killAt = now
 		if errors.Is(reason, tenure.ErrLeaseExpired) && f.grace > 0 {
-			// The server cannot have expired the lease yet: SIGTERM now,
-			// SIGKILL after grace, both inside the margin. The SIGKILL is
-			// armed before anything is written: a stderr that blocks (its
-			// reader stalled) must not hold it up.
-			signalGroup(syscall.SIGTERM)
-			killAt = time.Now().Add(f.grace)
-			killTimer = time.AfterFunc(f.grace, func() { signalGroup(syscall.SIGKILL) })
-		} else {
-			// The lease or the key is already gone: another holder may
-			// be running. Stop at once.
-			signalGroup(syscall.SIGKILL)
-			killAt = time.Now()
+			// The server cannot expire the lease before the deadline
+			// plus the margin, which holds --grace: SIGKILL --grace
+			// after the deadline. That is --grace from now, unless
+			// tenure was paused past the deadline (then it learns of it
+			// late, and CMD's time is gone, or partly gone).
+			killAt = now.Add(f.grace)
+			var lee *election.LeaseExpiredError
+			if errors.As(reason, &lee) && !lee.Deadline.IsZero() && lee.Deadline.Add(f.grace).Before(killAt) {
+				killAt = lee.Deadline.Add(f.grace)
+			}
 		}
-		fmt.Fprintf(stderr, "tenure exec: lost leadership of %s: %s; stopping %s\n", term, oneLine(reason), argv[0])
+		if killAt.After(now) {
+			// SIGTERM now, SIGKILL at killAt. The SIGKILL is armed before
+			// anything is written.
+			signalAll(syscall.SIGTERM)
+			killTimer = time.AfterFunc(killAt.Sub(now), func() { signalAll(syscall.SIGKILL) })
+		} else {
+			// The lease or the key is already gone, or about to be:
+			// another holder may be running. Stop at once.
+			signalAll(syscall.SIGKILL)
+			killAt = now
+		}
+		say.printf("tenure exec: lost leadership of %s: %s; stopping %s\n", term, oneLine(reason), argv[0])
 	}
 	lost := e.Done()
 	// CMD is done; so must be what it left running, nothing of which may
 	// outlive KEY: SIGTERM, and SIGKILL --grace later, or at killAt if
-	// that comes first, including when leadership is lost meanwhile. Then
-	// the guard may go, and only then is KEY released.
+	// that comes first, including when leadership is lost meanwhile, or
+	// at once on a signal. Then the guard may go, and only then is KEY
+	// released.
 	ended := func() {
 		by := time.Now().Add(f.grace)
-		stopGroup(cmd.Process.Pid, func() time.Time {
+		stopGroup(cmd.Process.Pid, guardPid, func() time.Time {
 			if lost != nil {
 				select {
 				case <-lost:
@@ -454,13 +499,19 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 				default:
 				}
 			}
+			select {
+			case s := <-sigs:
+				by = time.Now()
+				say.printf("tenure exec: %v: sending SIGKILL to what %s left running\n", s, argv[0])
+			default:
+			}
 			if lostLead && killAt.Before(by) {
 				return killAt
 			}
 			return by
 		})
 		if killTimer != nil {
-			killTimer.Stop() // the group is gone: its id may be reused
+			killTimer.Stop() // the processes are gone: their ids may be reused
 		}
 		guardDone()
 	}
@@ -472,24 +523,61 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		case err := <-waited:
 			ended()
 			if lostLead {
-				fmt.Fprintf(stderr, "tenure exec: %s stopped after leadership of %s was lost\n", argv[0], term)
+				say.printf("tenure exec: %s stopped after leadership of %s was lost\n", argv[0], term)
 				return exitLostLead
 			}
 			release()
 			return exitStatus(err)
 		case s := <-sigs:
 			if signalled { // a second signal: the user will not wait
-				signalGroup(syscall.SIGKILL)
-				fmt.Fprintf(stderr, "tenure exec: %v again: sent SIGKILL to %s\n", s, argv[0])
+				signalAll(syscall.SIGKILL)
+				say.printf("tenure exec: %v again: sent SIGKILL to %s\n", s, argv[0])
 				continue
 			}
 			signalled = true
-			signalGroup(syscall.SIGTERM)
-			fmt.Fprintf(stderr, "tenure exec: %v: sent SIGTERM to %s (another signal sends SIGKILL)\n", s, argv[0])
+			signalAll(syscall.SIGTERM)
+			say.printf("tenure exec: %v: sent SIGTERM to %s (another signal sends SIGKILL)\n", s, argv[0])
 		case <-lost:
 			lost = nil
 			onLost()
 		}
+	}
+}
+
+// notes writes tenure's lines to stderr in order, from a goroutine of its
+// own, so that printf never blocks: a line that does not fit in its
+// buffer (the reader stalled for good) is dropped.
+type notes struct {
+	lines chan string
+	done  chan struct{}
+}
+
+func newNotes(w io.Writer) *notes {
+	n := &notes{lines: make(chan string, 64), done: make(chan struct{})}
+	go func() {
+		defer close(n.done)
+		for l := range n.lines {
+			_, _ = io.WriteString(w, l)
+		}
+	}()
+	return n
+}
+
+func (n *notes) printf(format string, a ...any) {
+	select {
+	case n.lines <- fmt.Sprintf(format, a...):
+	default:
+	}
+}
+
+// close waits, at most d, for the lines to be written.
+func (n *notes) close(d time.Duration) {
+	close(n.lines)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-n.done:
+	case <-t.C:
 	}
 }
 
@@ -501,14 +589,16 @@ var beforeStart func()
 // prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
 const prSetChildSubreaper = 36
 
-// stopGroup ends what is left of the process group pgid once its leader
-// (CMD) has exited and been reaped: SIGTERM, and SIGKILL at killBy() if
-// anything remains (SIGKILL at once when that has passed already). killBy
-// is asked again every 10 ms while it waits: it may come nearer. An empty
-// group costs one kill(2) probe. The group's dead are reaped as they go
-// (they are tenure's children, see the subreaper in supervise): a zombie
-// would count as alive.
-func stopGroup(pgid int, killBy func() time.Time) {
+// stopGroup ends what is left of CMD's processes once CMD (the leader of
+// the process group pgid) has exited and been reaped: the group, and every
+// other process descended from tenure but skip (the guard; see tree.go).
+// SIGTERM, and SIGKILL at killBy() if anything remains (SIGKILL at once
+// when that has passed already). killBy is asked again every 10 ms while
+// it waits: it may come nearer. Nothing left costs one kill(2) probe and
+// one read of /proc. The group's dead are reaped as they go (they are
+// tenure's children, see the subreaper in supervise): a zombie would count
+// as alive.
+func stopGroup(pgid, skip int, killBy func() time.Time) {
 	gone := func() bool {
 		for {
 			var ws syscall.WaitStatus
@@ -516,18 +606,22 @@ func stopGroup(pgid int, killBy func() time.Time) {
 				break
 			}
 		}
-		return syscall.Kill(-pgid, 0) != nil
+		return syscall.Kill(-pgid, 0) != nil && len(descendants(skip)) == 0
 	}
 	if gone() {
 		return
 	}
-	// kill sends SIGKILL and waits, reaping, until the group is gone: a
-	// process dies of it at once, unless the kernel holds it in an
-	// uninterruptible wait; that is bounded by killWait, past which
-	// nothing tenure can do helps.
+	// kill sends SIGKILL and waits, reaping, until all is gone: a process
+	// dies of it at once, unless the kernel holds it in an uninterruptible
+	// wait; that is bounded by killWait, past which nothing tenure can do
+	// helps. It signals again each round: a process forked just before
+	// the first SIGKILL missed it.
 	kill := func() {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		for deadline := time.Now().Add(killWait); !gone() && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(killWait); ; {
+			signalTree(pgid, skip, syscall.SIGKILL)
+			if gone() || !time.Now().Before(deadline) {
+				return
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
@@ -535,7 +629,7 @@ func stopGroup(pgid int, killBy func() time.Time) {
 		kill()
 		return
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	signalTree(pgid, skip, syscall.SIGTERM)
 	for !gone() {
 		if !time.Now().Before(killBy()) {
 			kill()

@@ -626,6 +626,12 @@ echo "$z $o" > ` + path(dir, "count")
 // starts: the message saying leadership was lost, which cannot be written,
 // must not hold the SIGKILL up. Once the reader is gone, tenure exits 4.
 func TestExec_CutOffWithStderrBlockedStillKillsByTheDeadline(t *testing.T) {
+	cutOffWithStderrBlocked(t, false)
+}
+
+// cutOffWithStderrBlocked runs the test above; with signalFirst, tenure is
+// sent SIGTERM (which CMD ignores) once its stderr blocks, before the cut.
+func cutOffWithStderrBlocked(t *testing.T, signalFirst bool) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
 	proxy := newProxy(t, v.endpoint)
@@ -653,6 +659,12 @@ func TestExec_CutOffWithStderrBlockedStillKillsByTheDeadline(t *testing.T) {
 		}
 	}()
 	time.Sleep(200 * time.Millisecond)
+	if signalFirst {
+		if err := a.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "3s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
 	v.waitQueued(t, key, 2)
 	cut := time.Now()
@@ -660,8 +672,8 @@ func TestExec_CutOffWithStderrBlockedStillKillsByTheDeadline(t *testing.T) {
 	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
 	time.Sleep(100 * time.Millisecond) // a command still running would stamp again
 	lastAlive := nanos(t, waitFile(t, alive, time.Second))
-	t.Logf("cut off with stderr blocked (--grace 300ms): the command's last sign of life %v after the cut, successor started %v after (%v later)",
-		lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
+	t.Logf("cut off with stderr blocked (--grace 300ms, SIGTERM first: %v): the command's last sign of life %v after the cut, successor started %v after (%v later)",
+		signalFirst, lastAlive.Sub(cut), bStart.Sub(cut), bStart.Sub(lastAlive))
 	if !lastAlive.Before(bStart) {
 		t.Fatalf("the cut-off holder's command was alive %v after the successor started", lastAlive.Sub(bStart))
 	}

@@ -15,21 +15,22 @@ import (
 // exec starts beside CMD.
 const guardCommand = "__guard"
 
-// startGuard starts a guard for the process group pgid (CMD's). The kernel
-// kills CMD itself when tenure dies (its parent-death signal), but not the
-// processes CMD started, which would keep working without the lock while
-// another holder starts. The guard holds the read end of a pipe whose
-// write end only tenure has: when tenure dies, however it dies, the pipe
-// closes and the guard kills the group. done tells the guard that tenure
-// is finished with the group (nothing is killed) and waits for it to exit;
-// call it once.
-func startGuard(pgid int) (done func(), err error) {
+// startGuard starts a guard for CMD's session, whose id is also that of
+// its process group, pgid (CMD's pid). The kernel kills CMD itself when
+// tenure dies (its parent-death signal), but not the processes CMD
+// started, which would keep working without the lock while another holder
+// starts. The guard holds the read end of a pipe whose write end only
+// tenure has: when tenure dies, however it dies, the pipe closes and the
+// guard kills the group and the session (see killSession). done tells the
+// guard that tenure is finished with them (nothing is killed) and waits
+// for it to exit; call it once. pid is the guard's.
+func startGuard(pgid int) (pid int, done func(), err error) {
 	// This very binary, even if its file was replaced or deleted since
 	// (an upgrade while tenure runs): the guard must be this version.
 	exe := "/proc/self/exe"
 	r, w, err := os.Pipe() // close-on-exec: CMD never holds the write end
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	g := exec.Command(exe, guardCommand, strconv.Itoa(pgid))
 	g.Stdin = r
@@ -39,9 +40,9 @@ func startGuard(pgid int) (done func(), err error) {
 	r.Close()
 	if err != nil {
 		w.Close()
-		return nil, err
+		return 0, nil, err
 	}
-	return func() {
+	return g.Process.Pid, func() {
 		_, _ = w.Write([]byte{1})
 		w.Close()
 		_ = g.Wait()
@@ -49,7 +50,8 @@ func startGuard(pgid int) (done func(), err error) {
 }
 
 // cmdGuard runs the guard: it waits on stdin, and when the pipe closes
-// without tenure's byte, SIGKILLs the process group in args[0].
+// without tenure's byte, SIGKILLs the process group in args[0] and every
+// process of the session of that id.
 func cmdGuard(args []string, stderr io.Writer) int {
 	// Signals meant for tenure or the terminal are not the guard's: only
 	// the pipe tells it what to do.
@@ -67,6 +69,6 @@ func cmdGuard(args []string, stderr io.Writer) int {
 	if n, err := os.Stdin.Read(b[:]); n == 1 || (err != nil && !errors.Is(err, io.EOF)) {
 		return exitOK // tenure is done with the group (or stdin is not the pipe)
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	killSession(pgid, pgid)
 	return exitOK
 }

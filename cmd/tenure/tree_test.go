@@ -1,0 +1,218 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// running reports whether pid is a process that has not exited (a zombie
+// has: it only waits to be reaped).
+func running(pid int) bool {
+	p, ok := readProcStat(pid)
+	return ok && !p.dead
+}
+
+// leavesTheGroup is a shell command line that runs script under GNU
+// timeout, which moves itself, and so script, to a process group of its
+// own: a signal to CMD's group misses both. Its output goes nowhere: a
+// survivor holding tenure's stderr pipe would hang the test's wait for
+// tenure instead of failing it.
+func leavesTheGroup(script string) string {
+	return `timeout 60 sh -c '` + script + `' </dev/null >/dev/null 2>&1`
+}
+
+// TestExec_CutOffStopsWhatLeftTheGroup: a cut-off holder's CMD started a
+// process that left CMD's process group (under timeout) and ignores
+// SIGTERM. It is SIGKILLed by the same deadline as CMD, before the next
+// holder starts. Before, tenure signalled CMD's group alone: the process
+// stamped on after the successor had started.
+func TestExec_CutOffStopsWhatLeftTheGroup(t *testing.T) {
+	cutOff(t, env{"etcd", endpoint}, "300ms", func(alive, pidFile string) string {
+		return `echo $$ > ` + pidFile + `; ` + leavesTheGroup(`trap "" TERM; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`)
+	})
+}
+
+// TestExec_KilledTenureKillsWhatLeftTheGroup: when tenure is SIGKILLed, the
+// guard kills CMD's session, including what left CMD's process group.
+// Before, it killed the group alone.
+func TestExec_KilledTenureKillsWhatLeftTheGroup(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
+		"sh", "-c", leavesTheGroup(`echo $$ > `+path(dir, "child-pid")+`; exec sleep 60`))...)
+	child := pidIn(t, path(dir, "child-pid"))
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	mustDie(t, child, 3*time.Second, "the command's child outside its process group")
+}
+
+// TestExec_SIGTERMStopsWhatLeftTheGroupBeforeRelease: on SIGTERM, what
+// CMD started outside its process group gets SIGTERM too, and, ignoring
+// it, SIGKILL --grace later, before KEY is released and tenure exits.
+// Before, it ran on, and the next holder started beside it.
+func TestExec_SIGTERMStopsWhatLeftTheGroupBeforeRelease(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--grace", "500ms", "--",
+		"sh", "-c", leavesTheGroup(`echo $$ > `+path(dir, "child-pid")+`; trap "" TERM; while :; do sleep 0.01; done`))...)
+	child := pidIn(t, path(dir, "child-pid"))
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := a.wait(t, 5*time.Second)
+	childRan := running(child)
+	if childRan {
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	if childRan {
+		t.Fatalf("tenure exited %d with the command's child (outside its group, ignoring SIGTERM) still running; stderr: %s", code, a.stderr)
+	}
+	if code != 128+int(syscall.SIGTERM) {
+		t.Errorf("tenure exited %d, want %d (its command ended by SIGTERM); stderr: %s", code, 128+int(syscall.SIGTERM), a.stderr)
+	}
+	waitFile(t, path(dir, "b-start"), 5*time.Second)
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
+}
+
+// TestExec_PausedPastTheDeadlineKillsAtOnce: tenure and CMD (which ignores
+// SIGTERM) are stopped past the lease's expiry; the next holder starts
+// meanwhile. When they run again, CMD must be SIGKILLed at once, not given
+// --grace counted from the moment tenure noticed: its time ran out while
+// it was stopped. Before, it ran on for the whole --grace (1 s here)
+// beside the successor.
+func TestExec_PausedPastTheDeadlineKillsAtOnce(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	alive := path(dir, "alive")
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--grace", "1s", "--",
+		"sh", "-c", `trap '' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`)...)
+	cmdPid := pidIn(t, path(dir, "a-pid"))
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
+	stopped := time.Now()
+	_ = syscall.Kill(a.cmd.Process.Pid, syscall.SIGSTOP)
+	_ = syscall.Kill(-cmdPid, syscall.SIGSTOP)
+	t.Cleanup(func() { _ = syscall.Kill(-cmdPid, syscall.SIGKILL) })
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
+	time.Sleep(200 * time.Millisecond)
+	thawed := time.Now()
+	_ = syscall.Kill(a.cmd.Process.Pid, syscall.SIGCONT)
+	_ = syscall.Kill(-cmdPid, syscall.SIGCONT)
+	if code := a.wait(t, 5*time.Second); code != exitLostLead {
+		t.Fatalf("holder exited %d, want %d; stderr: %s", code, exitLostLead, a.stderr)
+	}
+	time.Sleep(100 * time.Millisecond)
+	lastAlive := nanos(t, waitFile(t, alive, time.Second))
+	t.Logf("stopped; successor started %v later; thawed %v after that; the command's last sign of life %v after the thaw",
+		bStart.Sub(stopped), thawed.Sub(bStart), lastAlive.Sub(thawed))
+	if after := lastAlive.Sub(thawed); after > 500*time.Millisecond {
+		t.Errorf("the command ran %v after the thaw, beside its successor (--grace 1s was spent while stopped)", after)
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
+}
+
+// TestExec_SignalledWithStderrBlockedStillKillsByTheDeadline: a holder
+// whose stderr blocks is sent SIGTERM (CMD ignores it), then cut off. Its
+// line about the SIGTERM cannot be written; that must not stop it from
+// acting on the loss. Before, it blocked in that write, and CMD ran on
+// after the successor started, until the reader came back.
+func TestExec_SignalledWithStderrBlockedStillKillsByTheDeadline(t *testing.T) {
+	cutOffWithStderrBlocked(t, true)
+}
+
+// TestExec_SecondSignalKillsLeftoversAtOnce: CMD exits on SIGTERM but
+// leaves a child that ignores it; --grace is 10 s. A second signal while
+// tenure waits for that child SIGKILLs it at once. Before, signals went
+// unread there, and tenure waited out the whole --grace.
+func TestExec_SecondSignalKillsLeftoversAtOnce(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "30s", "--grace", "10s", "--",
+		"sh", "-c", `sh -c 'trap "" TERM; exec sleep 60' </dev/null >/dev/null 2>&1 & echo $! > `+path(dir, "child-pid")+`; trap 'exit 0' TERM; while :; do sleep 0.01; done`)...)
+	child := pidIn(t, path(dir, "child-pid"))
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if !running(child) {
+		t.Fatal("the leftover child died of the first SIGTERM: the test shows nothing")
+	}
+	sent := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := a.wait(t, 15*time.Second)
+	took := time.Since(sent)
+	t.Logf("second SIGTERM while a leftover child runs (--ttl 30s --grace 10s): tenure exited %d %v later", code, took)
+	if took > 3*time.Second {
+		t.Errorf("tenure took %v after the second signal, want it to SIGKILL the leftover at once", took)
+	}
+	if code != 0 {
+		t.Errorf("tenure exited %d, want CMD's 0; stderr: %s", code, a.stderr)
+	}
+	if running(child) {
+		t.Error("the leftover child still runs")
+	}
+}
+
+// TestExec_SignalDuringAStuckReleaseEndsTenure: CMD has exited and the
+// release hangs (the backend went silent). A signal then ends tenure at
+// once: KEY expires with the session, as when tenure is killed. Before,
+// the signal went unread until the release gave up, seconds later.
+func TestExec_SignalDuringAStuckReleaseEndsTenure(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	proxy := newProxy(t, v.endpoint)
+	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "10s", "--",
+		"sh", "-c", `touch `+path(dir, "cut-now")+`; while [ ! -e `+path(dir, "cut")+` ]; do sleep 0.01; done; exit 3`)...)
+	waitFile0(t, path(dir, "cut-now"), 10*time.Second)
+	proxy.Blackhole()
+	if err := os.WriteFile(path(dir, "cut"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // CMD has exited; the release hangs
+	select {
+	case <-a.done:
+		t.Fatalf("tenure exited %d before the signal: the release did not hang, the test shows nothing; stderr: %s", a.code, a.stderr)
+	default:
+	}
+	sent := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := a.wait(t, 15*time.Second)
+	took := time.Since(sent)
+	t.Logf("SIGTERM during a hung release: tenure exited %d %v later; stderr: %s", code, took, a.stderr)
+	if took > 2*time.Second {
+		t.Errorf("tenure took %v after the signal to exit", took)
+	}
+	if code != 3 {
+		t.Errorf("tenure exited %d, want CMD's 3", code)
+	}
+	if !strings.Contains(a.stderr.String(), "while releasing") {
+		t.Errorf("stderr %q does not say the release was not waited for", a.stderr)
+	}
+}
+
+// waitFile0 waits until path exists, empty or not.
+func waitFile0(t *testing.T, path string, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not created within %v", path, d)
+		}
+	}
+}
