@@ -36,9 +36,9 @@ type Options struct {
 	// PollInterval is how often Observe re-reads the leader without a
 	// message (keys that expire publish nothing), and how long a waiter
 	// waits before trying again when the key is held without an expiry
-	// (not tenure's) or the masters did not answer. (A waiter behind a
-	// tenure holder tries again when the holder's key would expire, unless
-	// a release wakes it first.) Default: 500 ms.
+	// (not tenure's). (A waiter behind a tenure holder tries again when the
+	// holder's key would expire, unless a release wakes it first; after
+	// masters that did not answer, 50 ms later.) Default: 500 ms.
 	PollInterval time.Duration
 	// ChannelPrefix prefixes the pub/sub channel of a key. Default:
 	// "tenure:".
@@ -346,7 +346,10 @@ if v then
     return {1, string.sub(rest, 1, sp - 1)}
   end
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[5])
-  redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+  -- Extend, never shorten: the set holds waiters of longer TTLs too.
+  if redis.call('PTTL', KEYS[3]) < 2 * tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('ZREM', KEYS[3], ARGV[5])
@@ -431,6 +434,15 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 `)
+	// KEYS: token counter. ARGV: token. Raises the counter to the token
+	// when it is below (session.countersReach).
+	raiseScript = redis.NewScript(`
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+if c < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+`)
 	// KEYS: waiting. ARGV: waiting member, ttl ms. Renews a waiting entry
 	// (the watchdog, for candidates that wait).
 	stillWaitingScript = redis.NewScript(luaNow + `
@@ -441,7 +453,8 @@ local n = redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[2]), ARGV[
 if n == 0 and redis.call('ZADD', KEYS[1], 'XX', 'INCR', 0, ARGV[1]) then
   n = 1
 end
-if n > 0 then
+-- Extend, never shorten: the set holds waiters of longer TTLs too.
+if n > 0 and redis.call('PTTL', KEYS[1]) < 2 * tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
 end
 return n
@@ -602,14 +615,23 @@ func (b *Backend) masterTimeout(ttl time.Duration) time.Duration {
 func (b *Backend) quorumErr(what string, rs []reply, ok int) error {
 	var failed []string
 	var errs []error
+	closed := 0
 	for _, r := range rs {
 		if r.err != nil {
 			failed = append(failed, b.names[r.i])
 			errs = append(errs, fmt.Errorf("%s: %w", b.names[r.i], r.err))
+			if errors.Is(r.err, redis.ErrClosed) {
+				closed++
+			}
 		}
 	}
 	kind := tenure.ErrUnavailable
-	if refused(errs) {
+	switch {
+	case len(b.masters)-closed < b.quorum():
+		// The caller closed clients (or Close did): too few are left
+		// for a quorum, and none will open again.
+		kind = tenure.ErrClosed
+	case refused(errs):
 		kind = tenure.ErrInvalidConfig // waiting will not help
 	}
 	if len(b.masters) == 1 {

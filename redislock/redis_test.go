@@ -816,3 +816,55 @@ func TestCancelledTryTakesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClosedClient_IsErrClosed: a client the caller closed (or too many
+// of the masters' clients) will never answer again. Before, its
+// "redis: client is closed" was reported as ErrUnavailable, and Run
+// retried it for as long as its ctx lived.
+func TestClosedClient_IsErrClosed(t *testing.T) {
+	c := client(t, srv.Addr())
+	b, err := redislock.New([]*redis.Client{c}, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := electiontest.Key(t)
+	e, err := election.New(b, election.Config{Key: key, Identity: "a", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	c.Close()
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := b.Leader(ctx, key); !errors.Is(err, tenure.ErrClosed) {
+		t.Fatalf("Leader on a closed client: %v, want ErrClosed", err)
+	}
+	begun := time.Now()
+	err = e.Run(ctx, tenure.Callbacks{})
+	t.Logf("Run on a closed client: %v after %v", err, time.Since(begun))
+	if !errors.Is(err, tenure.ErrClosed) || time.Since(begun) > 2*time.Second {
+		t.Fatalf("Run on a closed client: %v after %v, want ErrClosed at once", err, time.Since(begun))
+	}
+	// With three masters, one closed client leaves a quorum: that is no
+	// reason to stop.
+	var cs []*redis.Client
+	for range 3 {
+		p, err := faultproxy.New(srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		cs = append(cs, client(t, p.Addr()))
+	}
+	b3, err := redislock.New(cs, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs[0].Close()
+	if _, err := b3.Leader(ctx, key); err != nil {
+		t.Errorf("Leader with one of three clients closed: %v, want an answer", err)
+	}
+	cs[1].Close()
+	if _, err := b3.Leader(ctx, key); !errors.Is(err, tenure.ErrClosed) {
+		t.Errorf("Leader with two of three clients closed: %v, want ErrClosed", err)
+	}
+}

@@ -153,6 +153,7 @@ func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.D
 	elapsed := s.now().Sub(start)
 	got, answered, refused := 0, 0, 0
 	var token uint64
+	var grants []uint64 // the tokens of the masters that granted
 	for _, r := range rs {
 		if r.err != nil {
 			// The script may have run, or may still run: its clean-up
@@ -169,9 +170,11 @@ func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.D
 			refused++ // e's tombstone: its campaign ended
 		} else if n == 1 {
 			got++
-			if tok, err := strconv.ParseUint(fmt.Sprint(v[1]), 10, 64); err == nil && tok > token {
+			tok, err := strconv.ParseUint(fmt.Sprint(v[1]), 10, 64)
+			if err == nil && tok > token {
 				token = tok
 			}
+			grants = append(grants, tok)
 		} else if pttl, ok := v[1].(int64); ok && pttl > 0 {
 			if d := time.Duration(pttl) * time.Millisecond; wait == 0 || d < wait {
 				wait = d
@@ -183,8 +186,14 @@ func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.D
 		// refused above: this is a session bug, not a state to wait in.
 		return false, 0, false, fmt.Errorf("%w: redislock: entry on %q found its own tombstone", tenure.ErrOwnershipLost, e.t.Key)
 	}
-	validity := s.ttl - elapsed - b.drift(s.ttl)
-	if got >= b.quorum() && validity > 0 && token > 0 {
+	won := got >= b.quorum() && token > 0 && s.ttl-elapsed-b.drift(s.ttl) > 0
+	if won && s.countersReach(ctx, e, grants, token) {
+		// The validity time counts what countersReach took too.
+		won = s.ttl-s.now().Sub(start)-b.drift(s.ttl) > 0
+	} else {
+		won = false // too late, or a quorum of counters below the token: undone below
+	}
+	if won {
 		e.held, e.token = true, token
 		close(e.heldCh)
 		return true, 0, false, nil
@@ -203,6 +212,40 @@ func (s *session) acquire(ctx context.Context, e *entry) (held bool, wait time.D
 	}
 	e.waiting = got < answered
 	return false, wait, got > 0, nil
+}
+
+// countersReach makes sure that a quorum of the masters' token counters
+// are at token or above before e's term begins, and reports whether they
+// are. Each master counts its own: a try that took a minority and was
+// undone still moved the counters of the masters it took, and a quorum
+// that includes one of them draws its larger count as the token. Unless a
+// quorum of counters is raised to it, a later holder whose quorum misses
+// that master draws a smaller token than this one (with no data lost and
+// no failover). Every later quorum shares a master with a quorum at token
+// or above, and its INCR there passes the token. Usually the granting
+// masters drew the same count, a quorum, and nothing is sent.
+func (s *session) countersReach(ctx context.Context, e *entry, grants []uint64, token uint64) bool {
+	b := s.b
+	at := 0
+	for _, g := range grants {
+		if g == token {
+			at++
+		}
+	}
+	if at >= b.quorum() {
+		return true
+	}
+	tok := strconv.FormatUint(token, 10)
+	rs := b.fanOut(ctx, b.masterTimeout(s.ttl), func(r reply) bool { return r.err == nil }, nil, func(ctx context.Context, c *redis.Client) (any, error) {
+		return raiseScript.Run(ctx, c, []string{e.t.Key + fenceSuffix}, tok).Int64()
+	})
+	at = 0
+	for _, r := range rs {
+		if r.err == nil {
+			at++
+		}
+	}
+	return at >= b.quorum()
 }
 
 // lateGrant handles the reply of a try that came after acquire stopped
@@ -320,7 +363,11 @@ func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
 		// Some masters, no quorum. A holder that has a quorum (one master
 		// lost the key) is no split vote: trying again would only churn
 		// that master.
-		if l, err := s.b.Leader(ctx, t.Key); err != nil || !l.Vacant {
+		l, err := s.b.Leader(ctx, t.Key)
+		if err != nil {
+			return 0, err // not "held": the key may be vacant
+		}
+		if !l.Vacant {
 			return 1, nil
 		}
 		// A split vote: candidates that tried at the same moment each took
@@ -351,8 +398,9 @@ const (
 // wakes the waiter the server heard from least recently, not all of them),
 // or the holder's key expires, and tries again. A waiter that is never named
 // (its message lost, or the named waiter died on the way) tries when the
-// holder's key would expire, at most a TTL later. Transient failures are retried until ctx ends. It returns t with
-// the token the acquisition drew.
+// holder's key would expire, at most a TTL later. Transient failures are
+// retried every 50 ms until ctx ends. It returns t with the token the
+// acquisition drew.
 func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Ticket, error) {
 	e := s.entry(t)
 	if e == nil {
@@ -369,8 +417,8 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 			t.Token = e.token
 			return t, nil
 		}
-		if errors.Is(err, tenure.ErrOwnershipLost) || errors.Is(err, tenure.ErrInvalidConfig) {
-			return t, err // gone, or refused (credentials, ACL): waiting will not help
+		if errors.Is(err, tenure.ErrOwnershipLost) || errors.Is(err, tenure.ErrInvalidConfig) || errors.Is(err, tenure.ErrClosed) {
+			return t, err // gone, refused (credentials, ACL) or closed clients: waiting will not help
 		}
 		if ctx.Err() != nil {
 			return t, ctx.Err()

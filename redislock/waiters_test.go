@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/election/electiontest"
+	"github.com/tenure-go/tenure/internal/faultproxy"
 	"github.com/tenure-go/tenure/redislock"
 )
 
@@ -412,4 +413,141 @@ func TestRelease_StalledWaiterAbsorbsOneWakeUp(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the live waiter does not hold 2 s after the second release (TTL 10 s)")
 	}
+}
+
+// TestWaiting_ShortTTLCandidateKeepsLongerWaiters: a key's waiting set
+// holds waiters of different TTLs. A candidate with a short TTL that
+// registers must not shorten the set's expiry below what the longer
+// waiters need: when it expired, their registrations went with it, and a
+// release woke nobody (they tried again at their next renewal, a second
+// later). Before, the set's PTTL fell to 2 × the short TTL.
+func TestWaiting_ShortTTLCandidateKeepsLongerWaiters(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	h := newTestHarness()
+	key := electiontest.Key(t)
+	admin := client(t, srv.Addr())
+	long := election.SessionOptions{TTL: 6 * time.Second, RenewInterval: 2 * time.Second}
+	short := election.SessionOptions{TTL: time.Second, RenewInterval: 300 * time.Millisecond}
+	sh := openSession(t, ctx, h.newBackend(t), long)
+	th, err := sh.Enqueue(ctx, key, "holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.WaitHead(ctx, th); err != nil {
+		t.Fatal(err)
+	}
+	sl := openSession(t, ctx, h.newBackend(t), long)
+	tl, err := sl.Enqueue(ctx, key, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithCancel(ctx)
+	ldone := make(chan struct{})
+	go func() { defer close(ldone); _, _ = sl.WaitHead(lctx, tl) }()
+	defer func() { lcancel(); <-ldone }()
+	electiontest.WaitFor(t, 10*time.Second, "the long waiter registered", func() bool { return memberOf(ctx, admin, key, tl.Name) != "" })
+
+	ss := openSession(t, ctx, h.newBackend(t), short)
+	ts, err := ss.Enqueue(ctx, key, "short")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 700*time.Millisecond)
+	_, err = ss.WaitHead(sctx, ts) // registers, renews a few times, gives up
+	scancel()
+	if err == nil {
+		t.Fatal("the short candidate took a held key")
+	}
+	pttl, err := admin.PTTL(ctx, key+":waiting").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("waiting set's PTTL after a 1 s candidate came and went: %v (the long waiter needs 2 × 6 s)", pttl)
+	if pttl < 2*short.TTL+time.Second {
+		t.Errorf("waiting set's PTTL = %v: the short candidate cut it to its own 2 × TTL; the long waiter's entry would go with it", pttl)
+	}
+	if memberOf(ctx, admin, key, tl.Name) == "" {
+		t.Error("the long waiter's entry is gone")
+	}
+}
+
+// TestRedlock_TokensGrowWhenAMasterCountedAhead: each master counts its
+// own tokens, and tries that took a minority and were undone leave some
+// counters ahead of others. A holder whose quorum includes such a master
+// draws its larger count; the next holder, on a quorum without it, must
+// still draw more. Before, it drew less (101, then 2): nothing was lost,
+// no master failed over, and the terms went backwards.
+func TestRedlock_TokensGrowWhenAMasterCountedAhead(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	servers, admins := startMasters(t, 3)
+	key := electiontest.Key(t)
+	if err := admins[2].Set(ctx, key+":fence", 100, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := election.SessionOptions{TTL: 2 * time.Second, RenewInterval: 600 * time.Millisecond}
+	// w's first master answers late: w's quorum is the other two, the
+	// one that counted ahead included.
+	slow, err := faultproxy.New(servers[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	slow.Delay(100 * time.Millisecond)
+	wcs := []*redis.Client{client(t, slow.Addr()), client(t, servers[1].Addr()), client(t, servers[2].Addr())}
+	bw, err := redislock.New(wcs, redislock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := openSession(t, ctx, bw, opts)
+	tw, err := sw.Enqueue(ctx, key, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tw, err = sw.WaitHead(ctx, tw); err != nil {
+		t.Fatal(err)
+	}
+	if tw.Token <= 100 {
+		t.Fatalf("w's token is %d: its quorum missed the master that counted ahead, the test shows nothing", tw.Token)
+	}
+	var counters []int64
+	for _, a := range admins {
+		n, err := a.Get(ctx, key+":fence").Int64()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		counters = append(counters, n)
+	}
+	if err := sw.Dequeue(ctx, tw); err != nil {
+		t.Fatal(err)
+	}
+	// x reaches the two masters that counted behind.
+	var xcs []*redis.Client
+	for i, s := range servers {
+		p, err := faultproxy.New(s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		if i == 2 {
+			p.Blackhole()
+		}
+		xcs = append(xcs, client(t, p.Addr()))
+	}
+	bx, err := redislock.New(xcs, redislock.Options{MasterTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sx := openSession(t, ctx, bx, opts)
+	tx, err := sx.Enqueue(ctx, key, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx, err = sx.WaitHead(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("w's token %d (counters then: %v); x's, on the first two masters, %d", tw.Token, counters, tx.Token)
+	if tx.Token <= tw.Token {
+		t.Errorf("x's term %d follows w's %d: tokens went backwards", tx.Token, tw.Token)
+	}
+	_ = sx.Dequeue(ctx, tx)
 }
