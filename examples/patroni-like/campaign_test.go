@@ -62,6 +62,24 @@ func TestCampaign_WithdrawnWhileItsPostgreSQLIsDown(t *testing.T) {
 	if err := c.waitReplica(ctx, 60*time.Second, standby); err != nil {
 		t.Fatal(err)
 	}
+	// It replays again: a row written now reaches it. Before, its crash
+	// recovery ran outside standby mode (in pg_rewind), wrote WAL the
+	// primary never had, and replay stopped for good at the first
+	// segment streamed ("incorrect prev-link"), while /replica said 200.
+	primary, err := c.waitPrimary(ctx, 30*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := c.connect(ctx, primary.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := Write(ctx, conn, primary.Term, "after the standby's crash")
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readRow(ctx, t, c, standby, id, primary.Term)
 }
 
 // twoMembers starts the two members of c and waits for one to be primary

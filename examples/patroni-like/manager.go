@@ -303,6 +303,26 @@ func (m *Manager) converge(ctx context.Context) error {
 		if !Promoted(opCtx, leader.Postgres) {
 			return nil
 		}
+		if !needRewind {
+			// A standby that did not shut down cleanly (killed, its host
+			// crashed) recovers as a standby, replaying only what a
+			// primary sent. pg_rewind would run its crash recovery
+			// outside standby mode, which writes checkpoint records of
+			// its own that the primary never had: the first WAL streamed
+			// from the primary overwrites them, and replay stops for
+			// good. If its history went past the primary's fork point,
+			// it will not stream; the check below stops it cleanly after
+			// a while, and the next pass rewinds it then, with no crash
+			// recovery to run.
+			crashed, err := m.pg.CrashedStandby(opCtx)
+			if err != nil {
+				return err
+			}
+			if crashed {
+				m.event("recover", zap.String("why", "a standby that did not shut down cleanly recovers as a standby"))
+				return m.startStandby(opCtx, leader)
+			}
+		}
 		m.event("rewind", zap.String("from", leader.Name))
 		if err := m.pg.Rewind(opCtx, leader.Postgres); err != nil {
 			m.rewindFails++

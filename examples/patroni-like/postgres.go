@@ -314,6 +314,17 @@ func (p *Postgres) WasPrimary(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
+// CrashedStandby reports whether the stopped instance ran as a standby and
+// did not shut down cleanly (killed, its host crashed): its control file
+// says "in archive recovery".
+func (p *Postgres) CrashedStandby(ctx context.Context) (bool, error) {
+	f, err := p.Control(ctx)
+	if err != nil {
+		return false, err
+	}
+	return f["Database cluster state"] == "in archive recovery", nil
+}
+
 // MarkNeedsRewind records (on) or clears (off) that the data directory
 // was a primary's and has not been rewound onto a later primary since: it
 // may hold WAL that a member promoted after it never had. The mark is a
