@@ -58,8 +58,10 @@ type DCSConfig struct {
 // PostgreSQLConfig describes the local PostgreSQL instance.
 type PostgreSQLConfig struct {
 	// DataDir is the instance's data directory; the manager creates it
-	// (initdb or pg_basebackup) when it is missing or empty. Required.
-	// Relative paths are relative to the configuration file.
+	// (initdb or pg_basebackup) when it is missing or empty. It replaces
+	// only a directory it made (marked by DataDir + ".managed") or a
+	// PostgreSQL data directory; it refuses one holding other files.
+	// Required. Relative paths are relative to the configuration file.
 	DataDir string `yaml:"data_dir"`
 	// BinDir holds initdb, postgres, pg_basebackup, pg_rewind and
 	// pg_controldata. Default: the newest /usr/lib/postgresql/<v>/bin.

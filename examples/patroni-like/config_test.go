@@ -111,3 +111,43 @@ func TestParseConfig_RefusesBadInput(t *testing.T) {
 		t.Fatalf("an unknown key and a fractional ttl: got %v, want both reported", err)
 	}
 }
+
+// TestPrepareDir_LeavesAForeignDirectoryAlone: a data_dir set by mistake
+// to a directory in use is not deleted when the member copies the
+// primary: only an empty directory, a PostgreSQL data directory or one
+// the manager made is. Before, any directory without PG_VERSION went
+// (os.RemoveAll), the configuration file's own directory included.
+func TestPrepareDir_LeavesAForeignDirectoryAlone(t *testing.T) {
+	bin, err := findBinDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	p := &Postgres{bin: bin, data: filepath.Join(dir, "data"), logf: filepath.Join(dir, "data.log")}
+	sentinel := filepath.Join(p.data, "precious.yml")
+	if err := os.MkdirAll(p.data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sentinel, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	err = p.BaseBackup(ctx, "127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "no PostgreSQL data directory") {
+		t.Errorf("BaseBackup into a directory of other files: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(sentinel); err != nil {
+		t.Fatalf("the directory's file is gone: %v", err)
+	}
+	// A directory the manager made (a copy cut short) is its to replace.
+	if err := os.WriteFile(p.ownedPath(), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = p.BaseBackup(ctx, "127.0.0.1:1") // prepares the directory, then cannot connect
+	if err == nil || !strings.Contains(err.Error(), "pg_basebackup") {
+		t.Errorf("BaseBackup into the manager's own directory: %v, want pg_basebackup's failure", err)
+	}
+	if _, err := os.Stat(sentinel); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the manager's own partial directory was not replaced: %v", err)
+	}
+}

@@ -127,12 +127,28 @@ func (p *Postgres) HasData() bool {
 }
 
 // prepareDir creates an empty data directory owned by the PostgreSQL user,
-// removing a partial one (no PG_VERSION) that a failed bootstrap left.
+// removing what was there before: nothing, an empty directory, a
+// PostgreSQL data directory (PG_VERSION), or one this manager made (its
+// mark, next to it: a partial copy or bootstrap, which lacks PG_VERSION).
+// Any other directory (a data_dir set by mistake to a directory in use)
+// is left alone, with an error.
 func (p *Postgres) prepareDir() error {
+	if entries, err := os.ReadDir(p.data); err == nil && len(entries) > 0 {
+		_, errPG := os.Stat(filepath.Join(p.data, "PG_VERSION"))
+		_, errMark := os.Stat(p.ownedPath())
+		if errPG != nil && errMark != nil {
+			return fmt.Errorf("data_dir %s holds files but no PostgreSQL data directory: the manager deletes only what it made; empty it, or set postgresql.data_dir to a new directory", p.data)
+		}
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	if err := os.RemoveAll(p.data); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(p.data), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(p.ownedPath(), []byte("the data directory next to this file is the patroni-like manager's: it may delete it to copy the primary afresh\n"), 0o644); err != nil {
 		return err
 	}
 	if err := os.Mkdir(p.data, 0o700); err != nil {
@@ -340,6 +356,10 @@ func (p *Postgres) MarkNeedsRewind(on bool) error {
 	}
 	return os.WriteFile(p.markPath(), []byte("this data directory was a primary's: rewind it onto the current primary before it streams or is promoted\n"), 0o644)
 }
+
+// ownedPath is the file next to the data directory that says the manager
+// made it (prepareDir).
+func (p *Postgres) ownedPath() string { return p.data + ".managed" }
 
 // markPath is the needs-rewind mark's file: the data directory's path
 // plus ".needs-rewind".
