@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -149,5 +152,54 @@ func TestPrepareDir_LeavesAForeignDirectoryAlone(t *testing.T) {
 	}
 	if _, err := os.Stat(sentinel); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the manager's own partial directory was not replaced: %v", err)
+	}
+}
+
+// TestRun_EndsWithItsContextAndTakesItsChildren: a repair program whose
+// ctx ends is killed with what it started (pg_rewind's postgres
+// --single), and run returns then. Before, only the program was killed,
+// and run waited for its child, which held the output pipe: 20 s here.
+func TestRun_EndsWithItsContextAndTakesItsChildren(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child-pid")
+	script := "#!/bin/sh\nsleep 20 &\necho $! > " + pidFile + "\nwait\n"
+	if err := os.WriteFile(filepath.Join(dir, "pg_rewind"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &Postgres{bin: dir, data: filepath.Join(dir, "data"), logf: filepath.Join(dir, "data.log")}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	begun := time.Now()
+	err := p.run(ctx, "pg_rewind")
+	took := time.Since(begun)
+	t.Logf("run with a 1 s ctx: %v after %v", err, took)
+	if err == nil {
+		t.Error("run returned no error for a program its ctx killed")
+	}
+	if took > 4*time.Second {
+		t.Errorf("run returned %v after its ctx ended at 1 s", took)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	// running: it exists and is not a zombie (its reaper may take its
+	// time).
+	running := func(pid int) bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for pid > 0 && running(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatal("the program's child outlived it")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

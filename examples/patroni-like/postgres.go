@@ -197,6 +197,12 @@ func (p *Postgres) command(ctx context.Context, prog string, args ...string) *ex
 	cmd := exec.CommandContext(ctx, filepath.Join(p.bin, prog), args...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: p.cred}
+	// When ctx ends, the program's whole process group goes: pg_rewind
+	// runs postgres --single as its child, which would otherwise go on
+	// with the data directory, and hold the output pipe (and Wait) until
+	// its recovery ended. Wait then gives up on the output 5 s later.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PG") {
 			cmd.Env = append(cmd.Env, kv)
