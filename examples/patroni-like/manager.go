@@ -66,6 +66,8 @@ type Manager struct {
 	lastErr       string
 	runCancel     context.CancelFunc // cancels the election's Run; nil when not campaigning
 	runDone       chan struct{}
+
+	fatal chan error // an error no retry can fix (a TTL the server refuses): Run returns it
 }
 
 // NewManager connects (lazily) to the DCS and prepares the manager of cfg.
@@ -96,7 +98,7 @@ func NewManager(cfg Config, log *zap.Logger) (*Manager, error) {
 		return nil, err
 	}
 	return &Manager{cfg: cfg, log: log.With(zap.String("node", cfg.Name)), pg: pg, cli: cli, e: e,
-		kick: make(chan struct{}, 1), pgLock: make(chan struct{}, 1), role: RoleStarting}, nil
+		kick: make(chan struct{}, 1), pgLock: make(chan struct{}, 1), role: RoleStarting, fatal: make(chan error, 1)}, nil
 }
 
 func (m *Manager) event(name string, fields ...zap.Field) {
@@ -134,9 +136,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		defer wg.Done()
 		_ = srv.Serve(ln) // returns at Shutdown
 	}()
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
 	go func() {
 		defer wg.Done()
-		for l := range m.e.Observe(ctx) {
+		for l := range m.e.Observe(octx) {
 			m.mu.Lock()
 			m.leader, m.observed = l, true
 			m.mu.Unlock()
@@ -147,12 +151,16 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.event("started", zap.String("api", m.cfg.Self().API), zap.String("postgres", m.pg.Addr()))
 
 	t := time.NewTicker(m.cfg.DCS.LoopWait)
-	for ctx.Err() == nil {
+	var fatal error
+	for ctx.Err() == nil && fatal == nil {
 		m.step(ctx)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
 		case <-m.kick:
+		case fatal = <-m.fatal:
+			m.log.Error("stopping: the election cannot run", zap.Error(fatal))
+			stopObserving()
 		}
 	}
 	t.Stop()
@@ -170,6 +178,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	wg.Wait()
 	m.cli.Close()
 	m.event("stopped")
+	if fatal != nil {
+		return fmt.Errorf("election: %w", fatal)
+	}
 	return nil
 }
 
@@ -599,6 +610,15 @@ func (m *Manager) startCampaign(ctx context.Context) {
 		})
 		if err != nil && !errors.Is(err, tenure.ErrCanceled) && !errors.Is(err, tenure.ErrClosed) {
 			m.log.Error("election stopped", zap.Error(err))
+		}
+		if errors.Is(err, tenure.ErrInvalidConfig) {
+			// Refused by the server (a TTL under etcd's minimum lease):
+			// campaigning again would be refused again, and no member
+			// would ever be promoted.
+			select {
+			case m.fatal <- err:
+			default:
+			}
 		}
 	}()
 }
