@@ -379,12 +379,14 @@ func (p *Postgres) MarkedNeedsRewind() bool {
 }
 
 // writeBaseConf appends the settings every member needs to postgresql.conf
-// (copied by pg_basebackup to standbys) and trusts loopback connections.
+// (copied by pg_basebackup and pg_rewind to the others) and trusts
+// loopback connections. What is the member's own (its address, its
+// parameters) goes to managerConf (Configure), which each member writes
+// for itself.
 func (p *Postgres) writeBaseConf() error {
 	var b strings.Builder
-	b.WriteString("\n# Written by the patroni-like manager.\n")
+	b.WriteString("\n# Written by the patroni-like manager. Each member's own settings are in " + managerConf + ".\n")
 	for _, kv := range [][2]string{
-		{"listen_addresses", "'" + p.host + "'"},
 		{"unix_socket_directories", "''"},
 		{"wal_level", "replica"},
 		{"hot_standby", "on"},
@@ -395,14 +397,6 @@ func (p *Postgres) writeBaseConf() error {
 		{"logging_collector", "off"},
 	} {
 		fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
-	}
-	keys := make([]string, 0, len(p.params))
-	for k := range p.params {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s = '%s'\n", k, strings.ReplaceAll(p.params[k], "'", "''"))
 	}
 	fmt.Fprintf(&b, "include_if_exists = '%s'\n", managerConf)
 	f, err := os.OpenFile(filepath.Join(p.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
@@ -435,10 +429,13 @@ func (p *Postgres) writeFile(name, text string) error {
 	return os.Rename(tmp, path)
 }
 
-// Configure writes the settings the manager owns: this member's
-// cluster_name, the primary to stream from (none when upstream is ""), and
-// whether new transactions are read-only. It takes effect at the next start
-// or Reload.
+// Configure writes the settings the manager owns for this member: its
+// listen address, its cluster_name, the primary to stream from (none when
+// upstream is ""), whether new transactions are read-only, and its
+// configuration's parameters, after the rest. They take effect at the
+// next start, or Reload (listen_addresses only at a start). The file is
+// the member's own: postgresql.conf, which copies and rewinds bring from
+// another member, only includes it.
 func (p *Postgres) Configure(upstream string, readOnly bool) error {
 	conninfo := ""
 	if upstream != "" {
@@ -449,9 +446,18 @@ func (p *Postgres) Configure(upstream string, readOnly bool) error {
 	if !readOnly {
 		ro = "off"
 	}
-	text := fmt.Sprintf("# Managed by the patroni-like manager; rewritten at every change.\n"+
-		"cluster_name = '%s'\nprimary_conninfo = '%s'\ndefault_transaction_read_only = %s\n", p.name, conninfo, ro)
-	return p.writeFile(managerConf, text)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Managed by the patroni-like manager; rewritten at every change.\n"+
+		"listen_addresses = '%s'\ncluster_name = '%s'\nprimary_conninfo = '%s'\ndefault_transaction_read_only = %s\n", p.host, p.name, conninfo, ro)
+	keys := make([]string, 0, len(p.params))
+	for k := range p.params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s = '%s'\n", k, strings.ReplaceAll(p.params[k], "'", "''"))
+	}
+	return p.writeFile(managerConf, b.String())
 }
 
 // SetStandby creates (on) or removes standby.signal: whether the next start

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/etcdembed"
+)
+
+// TestRun_TTLTheServerRefusesStopsTheManager: ttl 1 s passes the
+// configuration's checks, but an etcd with its default timing grants no
+// lease under 2 s, and the backend refuses the longer lease it gets
+// (ErrInvalidConfig). The manager must stop with that error: campaigning
+// again is refused again, and no member would ever be promoted. Before, it
+// logged "election stopped" and campaigned again on every pass, forever.
+func TestRun_TTLTheServerRefusesStopsTheManager(t *testing.T) {
+	if _, err := findBinDir(); err != nil {
+		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
+	}
+	dir := t.TempDir()
+	srv, err := etcdembed.StartTimed(filepath.Join(dir, "etcd"), 100, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ports, err := freePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := Member{Name: "node1", API: "127.0.0.1:" + strconv.Itoa(ports[0]), Postgres: "127.0.0.1:" + strconv.Itoa(ports[1])}
+	cfg := Config{
+		Name: "node1", Scope: "ttl",
+		DCS: DCSConfig{Backend: "etcd", Endpoints: []string{srv.Endpoint}, TTL: time.Second, LoopWait: 400 * time.Millisecond},
+		PostgreSQL: PostgreSQLConfig{DataDir: filepath.Join(dir, "node1", "data"),
+			Parameters: map[string]string{"fsync": "off", "shared_buffers": "16MB"}},
+		Members: []Member{self},
+	}
+	b, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "node1.yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = LoadConfig(path); err != nil {
+		t.Fatalf("ttl 1s must pass the configuration's own checks (the server decides): %v", err)
+	}
+	m, err := NewManager(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	begun := time.Now()
+	err = m.Run(ctx)
+	t.Logf("Run with a TTL the server refuses: %v after %v", err, time.Since(begun))
+	if !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Run = %v, want the server's refusal (ErrInvalidConfig) before its ctx ended", err)
+	}
+	if m.pg.Running() {
+		t.Error("PostgreSQL still runs after Run returned")
+	}
+}
+
+// TestConfigure_EachMemberListensOnItsOwnAddressWithItsOwnParameters: a
+// standby's data comes from another member (pg_basebackup, pg_rewind),
+// postgresql.conf included. Its listen address and parameters must be its
+// own. Before, they were the bootstrapper's: on another host the standby
+// could not start, and its own parameters never took effect.
+func TestConfigure_EachMemberListensOnItsOwnAddressWithItsOwnParameters(t *testing.T) {
+	if _, err := findBinDir(); err != nil {
+		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
+	}
+	dir := t.TempDir()
+	ports, err := freePorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{
+		{Name: "node1", API: "127.0.0.1:" + strconv.Itoa(ports[0]), Postgres: "127.0.0.1:" + strconv.Itoa(ports[1])},
+		{Name: "node2", API: "127.0.0.2:" + strconv.Itoa(ports[2]), Postgres: "127.0.0.2:" + strconv.Itoa(ports[3])},
+	}
+	pgs := map[string]*Postgres{}
+	for i, m := range members {
+		cfg := Config{
+			Name: m.Name, Scope: "conf",
+			DCS: DCSConfig{Backend: "etcd", Endpoints: []string{"127.0.0.1:2379"}, TTL: 3 * time.Second, LoopWait: 500 * time.Millisecond},
+			PostgreSQL: PostgreSQLConfig{DataDir: filepath.Join(dir, m.Name, "data"),
+				Parameters: map[string]string{"fsync": "off", "shared_buffers": "16MB", "work_mem": strconv.Itoa(5+2*i) + "MB"}},
+			Members: members,
+		}
+		b, err := cfg.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, m.Name+".yaml")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err = LoadConfig(path); err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewPostgres(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgs[m.Name] = p
+		t.Cleanup(func() { p.Stop(0) })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p1, p2 := pgs["node1"], pgs["node2"]
+	if err := p1.Initdb(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Configure("", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.BaseBackup(ctx, p1.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.Configure(p1.Addr(), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.SetStandby(true); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+	err = p2.Start(sctx)
+	scancel()
+	if err != nil {
+		b, _ := os.ReadFile(p2.LogFile())
+		t.Fatalf("node2, copied from node1, did not start on its own address %s: %v; log tail: %s", p2.Addr(), err, lastLines(string(b), 5))
+	}
+	for name, want := range map[string]string{"node1": "5MB", "node2": "7MB"} {
+		conn, err := pgs[name].Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, listen string
+		err = conn.QueryRow(ctx, `SELECT current_setting('work_mem'), current_setting('listen_addresses')`).Scan(&got, &listen)
+		conn.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: listen_addresses %s, work_mem %s", name, listen, got)
+		if got != want {
+			t.Errorf("%s's work_mem = %s, want its own configuration's %s", name, got, want)
+		}
+	}
+}
