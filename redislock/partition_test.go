@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/election/electiontest"
 	"github.com/tenure-go/tenure/internal/faultproxy"
 	"github.com/tenure-go/tenure/internal/redisserver"
 	"github.com/tenure-go/tenure/redislock"
@@ -488,6 +489,11 @@ func TestWaitHead_HolderWithAQuorumIsNoSplitVote(t *testing.T) {
 	if _, err := h.Campaign(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Campaign returns once two masters granted; the third's grant may
+	// still be on its way (a CI run read its counter before it came).
+	electiontest.WaitFor(t, 5*time.Second, "the third master's grant", func() bool {
+		return clients[2].Exists(ctx, key).Val() == 1
+	})
 	if err := clients[2].Del(ctx, key).Err(); err != nil { // the third master lost it
 		t.Fatal(err)
 	}
