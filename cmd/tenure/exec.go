@@ -58,11 +58,13 @@ TENURE_BACKEND and TENURE_ENDPOINTS set (a bare tenure leader inside CMD
 reports KEY).
 
 On SIGTERM, SIGINT or SIGHUP (unless started ignoring it, as under nohup),
-tenure sends SIGTERM to CMD's processes (its process group, and every
-other process it started, in another group or not), waits for CMD and
-releases KEY at once; a second such signal sends SIGKILL. What CMD leaves
-running when it exits is stopped (SIGTERM, SIGKILL --grace later, or at
-once on a signal) before KEY is released. Ctrl-Z is ignored while CMD
+tenure sends SIGTERM to CMD's process group (and to any process of CMD's
+outside it whose parent has exited; one whose parent lives is left to
+it, as GNU timeout passes the signal on), waits for CMD and releases KEY
+at once; a second such signal sends SIGKILL to every process of CMD's,
+in its group or not, and one during a release that hangs stops waiting
+for it. What CMD leaves running when it exits is stopped (SIGTERM,
+SIGKILL --grace later, or at once on a signal) before KEY is released. Ctrl-Z is ignored while CMD
 runs; CMD has no controlling terminal, so give a CMD that reads input a
 file or a pipe.
 
@@ -370,17 +372,30 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// SIGKILL at its deadline.
 	say := newNotes(stderr)
 	defer say.close(time.Second)
+	signalled := false // a stop signal came while CMD or what it left ran
+	// release waits for the release of KEY, bounded by stop. A signal
+	// meanwhile that is the second (one came before, or during it) ends
+	// the wait: the user will not wait, and KEY expires with the session.
 	release := func() {
 		done := make(chan error, 1)
 		go func() { done <- stop.do(e.Resign) }()
-		select {
-		case err := <-done:
-			if err != nil {
-				say.printf("tenure exec: releasing %s failed (it expires with the session): %s\n", f.key, oneLine(err))
+		for {
+			select {
+			case err := <-done:
+				if err != nil {
+					say.printf("tenure exec: releasing %s failed (it expires with the session): %s\n", f.key, oneLine(err))
+				}
+				return
+			case s := <-sigs:
+				if !signalled {
+					signalled = true
+					say.printf("tenure exec: %v while releasing %s: another signal stops waiting for it\n", s, f.key)
+					continue
+				}
+				stop.abort()
+				say.printf("tenure exec: %v while releasing %s: not waiting for it (if not released, it expires with the session)\n", s, f.key)
+				return
 			}
-		case s := <-sigs:
-			stop.abort()
-			say.printf("tenure exec: %v while releasing %s: not waiting for it (if not released, it expires with the session)\n", s, f.key)
 		}
 	}
 	// A suspended tenure cannot renew its lease while CMD, in its own
@@ -416,15 +431,22 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		say.printf("tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], why)
 		return exitLostLead
 	}
+	before := childrenNow() // not CMD's (see cmdTree)
 	if err := cmd.Start(); err != nil {
 		release()
 		say.printf("tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
 		return 127
 	}
+	tree := &cmdTree{cmd: procStat{pid: cmd.Process.Pid}, before: before}
+	if p, ok := readProcStat(cmd.Process.Pid); ok { // not reaped before cmd.Wait
+		tree.cmd = p
+	}
 	guardPid, guardDone, err := startGuard(cmd.Process.Pid)
 	if err != nil {
 		say.printf("tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
 		guardDone = func() {}
+	} else if p, ok := readProcStat(guardPid); ok {
+		tree.guard = p
 	}
 	stopReaping, reaperDone := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -443,8 +465,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		close(stopReaping)
 		<-reaperDone
 	}()
-	signalAll := func(s syscall.Signal) { signalTree(cmd.Process.Pid, guardPid, s) }
-	signalled := false
+	signalAll := tree.signal
 
 	// Leadership lost: SIGTERM, and SIGKILL at killAt, both before the
 	// server can expire the lease; or SIGKILL at once when the lease or
@@ -490,7 +511,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// released.
 	ended := func() {
 		by := time.Now().Add(f.grace)
-		stopGroup(cmd.Process.Pid, guardPid, func() time.Time {
+		stopGroup(tree, func() time.Time {
 			if lost != nil {
 				select {
 				case <-lost:
@@ -502,6 +523,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			select {
 			case s := <-sigs:
 				by = time.Now()
+				signalled = true
 				say.printf("tenure exec: %v: sending SIGKILL to what %s left running\n", s, argv[0])
 			default:
 			}
@@ -590,15 +612,15 @@ var beforeStart func()
 const prSetChildSubreaper = 36
 
 // stopGroup ends what is left of CMD's processes once CMD (the leader of
-// the process group pgid) has exited and been reaped: the group, and every
-// other process descended from tenure but skip (the guard; see tree.go).
-// SIGTERM, and SIGKILL at killBy() if anything remains (SIGKILL at once
-// when that has passed already). killBy is asked again every 10 ms while
-// it waits: it may come nearer. Nothing left costs one kill(2) probe and
-// one read of /proc. The group's dead are reaped as they go (they are
-// tenure's children, see the subreaper in supervise): a zombie would count
-// as alive.
-func stopGroup(pgid, skip int, killBy func() time.Time) {
+// its process group) has exited and been reaped: the group, and CMD's
+// other processes (see cmdTree). SIGTERM, and SIGKILL at killBy() if
+// anything remains (SIGKILL at once when that has passed already). killBy
+// is asked again every 10 ms while it waits: it may come nearer. Nothing
+// left costs one kill(2) probe and one read of tenure's children. The
+// group's dead are reaped as they go (they are tenure's children, see the
+// subreaper in supervise): a zombie would count as alive.
+func stopGroup(t *cmdTree, killBy func() time.Time) {
+	pgid := t.cmd.pid
 	gone := func() bool {
 		for {
 			var ws syscall.WaitStatus
@@ -606,7 +628,7 @@ func stopGroup(pgid, skip int, killBy func() time.Time) {
 				break
 			}
 		}
-		return syscall.Kill(-pgid, 0) != nil && len(descendants(skip)) == 0
+		return t.gone()
 	}
 	if gone() {
 		return
@@ -618,7 +640,7 @@ func stopGroup(pgid, skip int, killBy func() time.Time) {
 	// the first SIGKILL missed it.
 	kill := func() {
 		for deadline := time.Now().Add(killWait); ; {
-			signalTree(pgid, skip, syscall.SIGKILL)
+			t.signal(syscall.SIGKILL)
 			if gone() || !time.Now().Before(deadline) {
 				return
 			}
@@ -629,7 +651,7 @@ func stopGroup(pgid, skip int, killBy func() time.Time) {
 		kill()
 		return
 	}
-	signalTree(pgid, skip, syscall.SIGTERM)
+	t.signal(syscall.SIGTERM)
 	for !gone() {
 		if !time.Now().Before(killBy()) {
 			kill()

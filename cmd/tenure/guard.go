@@ -34,8 +34,10 @@ func startGuard(pgid int) (pid int, done func(), err error) {
 	}
 	g := exec.Command(exe, guardCommand, strconv.Itoa(pgid))
 	g.Stdin = r
-	// Its own group: a Ctrl-C to the terminal's group does not reach it.
-	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own session: a Ctrl-C to the terminal's group does not reach
+	// it, nor does the guard of an enclosing tenure exec, which kills the
+	// session this tenure runs in, before this guard has killed CMD's.
+	g.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = g.Start()
 	r.Close()
 	if err != nil {

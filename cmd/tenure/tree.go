@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -11,16 +13,41 @@ import (
 // CMD's processes are more than its process group: a program that makes a
 // group of its own (GNU timeout, a shell with job control, a daemon's
 // setsid) leaves the group, and a signal to the group misses it and what
-// it starts. tenure therefore signals every process descended from it but
-// the guard (CMD, and what CMD started: an orphan is reparented to tenure,
-// its subreaper, see supervise), and the guard, once tenure is gone and the
-// tree with it, every process of CMD's session (CMD starts one: only a
-// process that calls setsid itself leaves it).
+// it starts. tenure therefore also finds CMD's processes by descent (see
+// cmdTree), and the guard, once tenure is gone and the tree with it, kills
+// every process of CMD's session (CMD starts one: only a process that
+// calls setsid itself leaves it).
 
 // procStat is what tenure reads of a process in /proc/PID/stat.
 type procStat struct {
 	pid, ppid, pgid, sid int
-	dead                 bool // a zombie: exited, not yet reaped
+	start                uint64 // clock ticks after boot: with pid, names one process
+	dead                 bool   // a zombie: exited, not yet reaped
+}
+
+// readProcStat parses /proc/PID/stat: "pid (comm) state ppid pgrp session
+// ... starttime ...", where comm may hold spaces and parentheses.
+func readProcStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := bytes.Fields(b[i+1:])
+	// f[0] is field 3 of proc(5) (state); starttime is field 22.
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, false
+	}
+	p := procStat{pid: pid, dead: f[0][0] == 'Z' || f[0][0] == 'X'}
+	var e1, e2, e3, e4 error
+	p.ppid, e1 = strconv.Atoi(string(f[1]))
+	p.pgid, e2 = strconv.Atoi(string(f[2]))
+	p.sid, e3 = strconv.Atoi(string(f[3]))
+	p.start, e4 = strconv.ParseUint(string(f[19]), 10, 64)
+	return p, e1 == nil && e2 == nil && e3 == nil && e4 == nil
 }
 
 // readProcs returns every process of /proc. Processes that end while it
@@ -45,70 +72,158 @@ func readProcs() []procStat {
 	return procs
 }
 
-// readProcStat parses /proc/PID/stat: "pid (comm) state ppid pgrp session
-// ...", where comm may hold spaces and parentheses.
-func readProcStat(pid int) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, false
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 4 || len(f[0]) != 1 {
-		return procStat{}, false
-	}
-	p := procStat{pid: pid, dead: f[0][0] == 'Z' || f[0][0] == 'X'}
-	var e1, e2, e3 error
-	p.ppid, e1 = strconv.Atoi(string(f[1]))
-	p.pgid, e2 = strconv.Atoi(string(f[2]))
-	p.sid, e3 = strconv.Atoi(string(f[3]))
-	return p, e1 == nil && e2 == nil && e3 == nil
-}
+// procIsOurs reports whether /proc shows tenure under its own pid. It does
+// not in a pid namespace whose /proc is another namespace's: pids would
+// name other processes there, and tenure signals CMD's group alone.
+var procIsOurs = sync.OnceValue(func() bool {
+	l, err := os.Readlink("/proc/self")
+	return err == nil && l == strconv.Itoa(os.Getpid())
+})
 
-// descendants returns the live processes descended from tenure, except
-// the process skip and what descends from it (the guard; 0 for none).
-func descendants(skip int) []procStat {
-	procs := readProcs()
-	children := make(map[int][]int, len(procs))
-	byPid := make(map[int]procStat, len(procs))
-	for _, p := range procs {
-		children[p.ppid] = append(children[p.ppid], p.pid)
-		byPid[p.pid] = p
+// childFiles reports whether the kernel lists each task's children in
+// /proc/PID/task/TID/children, which lets cmdTree read CMD's tree alone
+// instead of every process on the machine.
+var childFiles = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/children")
+	return err == nil
+})
+
+// childrenOf returns pid's children, from the children files of its tasks.
+func childrenOf(pid int) []int {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
 	}
-	var out []procStat
-	queue := []int{os.Getpid()}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		for _, c := range children[pid] {
-			if c == skip {
-				continue
-			}
-			queue = append(queue, c)
-			if p := byPid[c]; !p.dead {
-				out = append(out, p)
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
 			}
 		}
 	}
 	return out
 }
 
-// signalTree sends s to the process group pgid (CMD's), then to every
-// other live process descended from tenure but skip (the guard), each
-// once. It returns how many processes outside the group it signalled.
-func signalTree(pgid, skip int, s syscall.Signal) int {
-	_ = syscall.Kill(-pgid, s)
-	n := 0
-	for _, p := range descendants(skip) {
-		if p.pgid != pgid {
-			_ = syscall.Kill(p.pid, s)
-			n++
+// cmdTree finds CMD's processes: CMD and what descends from it, and what
+// CMD's processes left behind, which the kernel gives to tenure (its
+// subreaper, see supervise): tenure's children started after CMD, but the
+// guard, with what descends from them. Children tenure had before CMD
+// started (a process its shell forked before it exec'd tenure: `exec
+// tenure exec ... 2> >(logger)`) are not CMD's. Safe for concurrent use
+// once made (it is read only).
+type cmdTree struct {
+	cmd    procStat     // CMD itself, as it started
+	guard  procStat     // the guard (zero when none)
+	before map[int]bool // tenure's children before CMD started
+}
+
+// childrenNow returns the pids of tenure's children.
+func childrenNow() map[int]bool {
+	out := map[int]bool{}
+	if !procIsOurs() {
+		return out
+	}
+	if childFiles() {
+		for _, c := range childrenOf(os.Getpid()) {
+			out[c] = true
+		}
+		return out
+	}
+	self := os.Getpid()
+	for _, p := range readProcs() {
+		if p.ppid == self {
+			out[p.pid] = true
 		}
 	}
-	return n
+	return out
+}
+
+// is reports whether the process p is the one that want was (same pid,
+// same start).
+func is(p, want procStat) bool { return want.pid != 0 && p.pid == want.pid && p.start == want.start }
+
+// processes returns CMD's live processes (CMD included while it runs),
+// and, as orphans, those of them that tenure adopted (their parent
+// exited).
+func (t *cmdTree) processes() (all, orphans []procStat) {
+	if !procIsOurs() {
+		return nil, nil
+	}
+	self := os.Getpid()
+	var kids func(pid int) []procStat
+	if childFiles() {
+		kids = func(pid int) []procStat {
+			var out []procStat
+			for _, c := range childrenOf(pid) {
+				if p, ok := readProcStat(c); ok {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+	} else {
+		byParent := map[int][]procStat{}
+		for _, p := range readProcs() {
+			byParent[p.ppid] = append(byParent[p.ppid], p)
+		}
+		kids = func(pid int) []procStat { return byParent[pid] }
+	}
+	var queue []procStat
+	for _, c := range kids(self) {
+		switch {
+		case is(c, t.cmd):
+			queue = append(queue, c)
+		case is(c, t.guard), t.before[c.pid], c.start < t.cmd.start:
+		default:
+			queue = append(queue, c)
+			if !c.dead {
+				orphans = append(orphans, c)
+			}
+		}
+	}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if !p.dead {
+			all = append(all, p)
+		}
+		queue = append(queue, kids(p.pid)...)
+	}
+	return all, orphans
+}
+
+// signal sends s to CMD's process group, and then: SIGKILL to every other
+// process of CMD's; any other signal (SIGTERM, a request) only to the
+// orphans outside the group, for a process whose parent lives is its
+// parent's to stop (a signal to both would reach it twice: GNU timeout,
+// or a tenure exec inside CMD, passes it on).
+func (t *cmdTree) signal(s syscall.Signal) {
+	_ = syscall.Kill(-t.cmd.pid, s)
+	all, orphans := t.processes()
+	if s != syscall.SIGKILL {
+		all = orphans
+	}
+	for _, p := range all {
+		if p.pgid != t.cmd.pid {
+			_ = syscall.Kill(p.pid, s)
+		}
+	}
+}
+
+// gone reports whether nothing of CMD's is left: its group is empty, and
+// none of its processes lives.
+func (t *cmdTree) gone() bool {
+	if syscall.Kill(-t.cmd.pid, 0) == nil {
+		return false
+	}
+	all, _ := t.processes()
+	return len(all) == 0
 }
 
 // killSession SIGKILLs the process group pgid and every process of the
@@ -117,6 +232,9 @@ func signalTree(pgid, skip int, s syscall.Signal) int {
 // tree CMD's processes hung from.
 func killSession(pgid, sid int) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if !procIsOurs() {
+		return
+	}
 	self := os.Getpid()
 	for range 50 {
 		n := 0

@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,7 +60,7 @@ func TestExec_SIGTERMStopsWhatLeftTheGroupBeforeRelease(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
 	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--grace", "500ms", "--",
-		"sh", "-c", leavesTheGroup(`echo $$ > `+path(dir, "child-pid")+`; trap "" TERM; while :; do sleep 0.01; done`))...)
+		"sh", "-c", leavesTheGroup(`trap "" TERM; echo $$ > `+path(dir, "child-pid")+`; while :; do sleep 0.01; done`))...)
 	child := pidIn(t, path(dir, "child-pid"))
 	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
 	v.waitQueued(t, key, 2)
@@ -138,14 +140,15 @@ func TestExec_SecondSignalKillsLeftoversAtOnce(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
 	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "30s", "--grace", "10s", "--",
-		"sh", "-c", `sh -c 'trap "" TERM; exec sleep 60' </dev/null >/dev/null 2>&1 & echo $! > `+path(dir, "child-pid")+`; trap 'exit 0' TERM; while :; do sleep 0.01; done`)...)
+		"sh", "-c", `trap 'exit 0' TERM; sh -c 'trap "" TERM; echo $$ > `+path(dir, "child-pid")+`; exec sleep 60' </dev/null >/dev/null 2>&1 & while :; do sleep 0.01; done`)...)
 	child := pidIn(t, path(dir, "child-pid"))
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
 	if !running(child) {
-		t.Fatal("the leftover child died of the first SIGTERM: the test shows nothing")
+		st, _ := os.ReadFile("/proc/" + strconv.Itoa(child) + "/stat")
+		t.Fatalf("the leftover child died of the first SIGTERM: the test shows nothing (stat %q; tenure's stderr: %s)", st, a.stderr)
 	}
 	sent := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -166,9 +169,11 @@ func TestExec_SecondSignalKillsLeftoversAtOnce(t *testing.T) {
 }
 
 // TestExec_SignalDuringAStuckReleaseEndsTenure: CMD has exited and the
-// release hangs (the backend went silent). A signal then ends tenure at
-// once: KEY expires with the session, as when tenure is killed. Before,
-// the signal went unread until the release gave up, seconds later.
+// release hangs (the backend went silent). A first signal then is noted
+// (a release usually takes milliseconds: one that came just as CMD exited
+// must not give it up); a second ends tenure at once: KEY expires with
+// the session, as when tenure is killed. Before, signals went unread
+// until the release gave up, seconds later.
 func TestExec_SignalDuringAStuckReleaseEndsTenure(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
@@ -186,13 +191,22 @@ func TestExec_SignalDuringAStuckReleaseEndsTenure(t *testing.T) {
 		t.Fatalf("tenure exited %d before the signal: the release did not hang, the test shows nothing; stderr: %s", a.code, a.stderr)
 	default:
 	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-a.done:
+		t.Fatalf("tenure exited %d on the first signal during the release; stderr: %s", a.code, a.stderr)
+	default:
+	}
 	sent := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	code := a.wait(t, 15*time.Second)
 	took := time.Since(sent)
-	t.Logf("SIGTERM during a hung release: tenure exited %d %v later; stderr: %s", code, took, a.stderr)
+	t.Logf("second SIGTERM during a hung release: tenure exited %d %v later; stderr: %s", code, took, a.stderr)
 	if took > 2*time.Second {
 		t.Errorf("tenure took %v after the signal to exit", took)
 	}
@@ -215,4 +229,84 @@ func waitFile0(t *testing.T, path string, d time.Duration) {
 			t.Fatalf("%s not created within %v", path, d)
 		}
 	}
+}
+
+// TestExec_ChildrenTenureHadBeforeAreNotCMDs: a process the shell forked
+// before it exec'd tenure (a log reader, a sidecar) is tenure's child, but
+// not CMD's: tenure must neither signal it nor wait for it. Before, it
+// counted as a leftover of CMD: SIGTERM, then SIGKILL --grace later (5 s
+// here), on every run.
+func TestExec_ChildrenTenureHadBeforeAreNotCMDs(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	args := strings.Join(append(append([]string{os.Args[0], "exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--grace", "5s", "--", "true"), " ")
+	sh := exec.Command("sh", "-c", `sleep 30 </dev/null >/dev/null 2>&1 & echo $! > `+path(dir, "pid")+`; exec `+args)
+	sh.Env = append(os.Environ(), "TENURE_TEST_AS_CLI=1")
+	var stderr strings.Builder
+	sh.Stderr = &stderr
+	begun := time.Now()
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	code := exitWithin(t, sh, 15*time.Second, "tenure exec")
+	took := time.Since(begun)
+	side := pidIn(t, path(dir, "pid"))
+	defer syscall.Kill(side, syscall.SIGKILL)
+	t.Logf("tenure exec -- true, with a child from before: exit %d after %v", code, took)
+	if code != 0 {
+		t.Errorf("exit %d, want 0; stderr: %s", code, stderr.String())
+	}
+	if !running(side) {
+		t.Error("tenure killed a process its shell had started before it (not CMD's)")
+	}
+	if took > 4*time.Second {
+		t.Errorf("tenure took %v: it waited for a process that is not CMD's", took)
+	}
+}
+
+// TestExec_NestedExecGetsOneSIGTERM: a tenure exec whose CMD is another
+// tenure exec, signalled: the inner one passes SIGTERM on to its CMD,
+// which must get it once. Before, the outer one also signalled the inner
+// CMD directly (outside the outer's group), so it got SIGTERM twice, and a
+// third level would take the second for "kill now".
+func TestExec_NestedExecGetsOneSIGTERM(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	count := path(dir, "terms")
+	inner := append(append([]string{os.Args[0], "exec"}, v.flags("")...), "--key", key+"-inner", "--ttl", "10s", "--",
+		"sh", "-c", `echo $$ > `+path(dir, "pid")+`; trap 'echo term >> `+count+`; sleep 0.5; exit 0' TERM; while :; do sleep 0.01; done`)
+	a := start(t, append(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--"), inner...)...)
+	pidIn(t, path(dir, "pid"))
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := a.wait(t, 10*time.Second)
+	b, _ := os.ReadFile(count)
+	n := strings.Count(string(b), "term")
+	t.Logf("SIGTERM to the outer tenure exec: the inner command trapped SIGTERM %d time(s); exit %d", n, code)
+	if n != 1 {
+		t.Errorf("the inner command got SIGTERM %d times, want once", n)
+	}
+	if code != 0 {
+		t.Errorf("exit %d, want the inner command's 0; stderr: %s", code, a.stderr)
+	}
+}
+
+// TestExec_KilledNestedExecKillsWhatLeftTheInnerGroup: the outer tenure of
+// two nested ones is SIGKILLed. Its guard kills its CMD (the inner tenure)
+// and that session; the inner guard, in a session of its own, must live
+// to kill the inner CMD's session, including what left the inner CMD's
+// group. Before, both guards shared a session, and the outer one could
+// kill the inner one first.
+func TestExec_KilledNestedExecKillsWhatLeftTheInnerGroup(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	inner := append(append([]string{os.Args[0], "exec"}, v.flags("")...), "--key", key+"-inner", "--ttl", "10s", "--",
+		"sh", "-c", leavesTheGroup(`echo $$ > `+path(dir, "child-pid")+`; exec sleep 60`))
+	a := start(t, append(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--"), inner...)...)
+	child := pidIn(t, path(dir, "child-pid"))
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	mustDie(t, child, 3*time.Second, "the inner command's child outside its process group")
 }
