@@ -95,7 +95,8 @@ func TestConfigure_EachMemberListensOnItsOwnAddressWithItsOwnParameters(t *testi
 			Name: m.Name, Scope: "conf",
 			DCS: DCSConfig{Backend: "etcd", Endpoints: []string{"127.0.0.1:2379"}, TTL: 3 * time.Second, LoopWait: 500 * time.Millisecond},
 			PostgreSQL: PostgreSQLConfig{DataDir: filepath.Join(dir, m.Name, "data"),
-				Parameters: map[string]string{"fsync": "off", "shared_buffers": "16MB", "work_mem": strconv.Itoa(5+2*i) + "MB"}},
+				// cluster_name is the manager's: the parameter must not win.
+				Parameters: map[string]string{"fsync": "off", "shared_buffers": "16MB", "work_mem": strconv.Itoa(5+2*i) + "MB", "cluster_name": "x"}},
 			Members: members,
 		}
 		b, err := cfg.Marshal()
@@ -149,15 +150,18 @@ func TestConfigure_EachMemberListensOnItsOwnAddressWithItsOwnParameters(t *testi
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got, listen string
-		err = conn.QueryRow(ctx, `SELECT current_setting('work_mem'), current_setting('listen_addresses')`).Scan(&got, &listen)
+		var got, listen, cluster string
+		err = conn.QueryRow(ctx, `SELECT current_setting('work_mem'), current_setting('listen_addresses'), current_setting('cluster_name')`).Scan(&got, &listen, &cluster)
 		conn.Close(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: listen_addresses %s, work_mem %s", name, listen, got)
+		t.Logf("%s: listen_addresses %s, work_mem %s, cluster_name %s", name, listen, got, cluster)
 		if got != want {
 			t.Errorf("%s's work_mem = %s, want its own configuration's %s", name, got, want)
+		}
+		if cluster != name {
+			t.Errorf("%s's cluster_name = %q: a parameter won over the manager's own setting", name, cluster)
 		}
 	}
 }

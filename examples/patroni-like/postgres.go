@@ -430,9 +430,9 @@ func (p *Postgres) writeFile(name, text string) error {
 }
 
 // Configure writes the settings the manager owns for this member: its
-// listen address, its cluster_name, the primary to stream from (none when
-// upstream is ""), whether new transactions are read-only, and its
-// configuration's parameters, after the rest. They take effect at the
+// configuration's parameters, then (winning over a parameter of the same
+// name) its listen address, its cluster_name, the primary to stream from
+// (none when upstream is ""), and whether new transactions are read-only. They take effect at the
 // next start, or Reload (listen_addresses only at a start). The file is
 // the member's own: postgresql.conf, which copies and rewinds bring from
 // another member, only includes it.
@@ -447,8 +447,7 @@ func (p *Postgres) Configure(upstream string, readOnly bool) error {
 		ro = "off"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Managed by the patroni-like manager; rewritten at every change.\n"+
-		"listen_addresses = '%s'\ncluster_name = '%s'\nprimary_conninfo = '%s'\ndefault_transaction_read_only = %s\n", p.host, p.name, conninfo, ro)
+	b.WriteString("# Managed by the patroni-like manager; rewritten at every change.\n")
 	keys := make([]string, 0, len(p.params))
 	for k := range p.params {
 		keys = append(keys, k)
@@ -457,6 +456,9 @@ func (p *Postgres) Configure(upstream string, readOnly bool) error {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s = '%s'\n", k, strings.ReplaceAll(p.params[k], "'", "''"))
 	}
+	// Last, so that they win over a parameter of the same name: the
+	// manager connects to this address, and decides the rest.
+	fmt.Fprintf(&b, "listen_addresses = '%s'\ncluster_name = '%s'\nprimary_conninfo = '%s'\ndefault_transaction_read_only = %s\n", p.host, p.name, conninfo, ro)
 	return p.writeFile(managerConf, b.String())
 }
 
