@@ -292,6 +292,12 @@ func (e *Elector) giveUp(l *lease) {
 	e.stopLeaseLocked(l, errSessionGivenUp)
 }
 
+// errNilContext is the error of a call given a nil context: a
+// programming error, refused before it changes anything (the Go
+// convention is a panic, which a recovering caller, such as net/http's
+// server, would survive with the elector's state half changed).
+var errNilContext = fmt.Errorf("%w: nil context", tenure.ErrInvalidConfig)
+
 // ctxErr turns a failure that happened because ctx ended into
 // tenure.ErrCanceled joined with ctx.Err().
 func (e *Elector) ctxErr(ctx context.Context, err error) error {
@@ -316,6 +322,9 @@ func (e *Elector) ctxErr(ctx context.Context, err error) error {
 // Campaign waits for it (its entry stays until then): do not call
 // Campaign from inside OnElected after OnElected's ctx has ended.
 func (e *Elector) Campaign(ctx context.Context) (tenure.Term, error) {
+	if ctx == nil {
+		return tenure.Term{}, errNilContext
+	}
 	ld, err := e.campaign(ctx, true, false)
 	if err != nil {
 		return tenure.Term{}, err
@@ -329,6 +338,9 @@ func (e *Elector) Campaign(ctx context.Context) (tenure.Term, error) {
 // campaign of this elector is in progress or while the elected work of its
 // ended term (Run's) is still stopping.
 func (e *Elector) TryCampaign(ctx context.Context) (tenure.Term, error) {
+	if ctx == nil {
+		return tenure.Term{}, errNilContext
+	}
 	ld, err := e.campaign(ctx, false, false)
 	if err != nil {
 		return tenure.Term{}, err
@@ -503,6 +515,9 @@ func (e *Elector) clearPending() {
 // tenure.ErrNotLeader wrapped in an explanatory error when no campaign is in
 // progress and this elector does not lead.
 func (e *Elector) Position(ctx context.Context) (int, error) {
+	if ctx == nil {
+		return 0, errNilContext
+	}
 	if e.IsLeader() {
 		return 0, nil
 	}
@@ -733,6 +748,9 @@ func (e *Elector) Err() error {
 // when the lease can no longer be trusted (its entry then goes with it).
 // Do not call Resign from inside OnElected: it waits for OnElected.
 func (e *Elector) Resign(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	return e.release(ctx, tenure.ErrResigned)
 }
 
@@ -796,6 +814,9 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 
 // Leader reads the current leader of the key from the backend.
 func (e *Elector) Leader(ctx context.Context) (tenure.Leader, error) {
+	if ctx == nil {
+		return tenure.Leader{}, errNilContext
+	}
 	l, err := e.b.Leader(ctx, e.cfg.Key)
 	if err != nil {
 		return tenure.Leader{}, e.ctxErr(ctx, err)
@@ -813,6 +834,9 @@ func (e *Elector) Leader(ctx context.Context) (tenure.Leader, error) {
 // ctx ends: tenure.ErrCanceled joined with ctx.Err()) and returns nil. Do
 // not call Close from inside OnElected: it waits for OnElected.
 func (e *Elector) Close(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()

@@ -32,8 +32,10 @@ type Mutex struct {
 	closed chan struct{}
 	once   sync.Once
 
-	mu   sync.Mutex
-	held bool // a Lock or TryLock took the token and no Unlock gave it back
+	mu        sync.Mutex
+	held      bool          // a Lock or TryLock took the token and no Unlock gave it back
+	locking   chan struct{} // while a Lock or TryLock campaigns; closed once it has recorded its result
+	unlocking chan struct{} // while an Unlock releases; closed once it has
 }
 
 // NewMutex returns a Mutex for cfg.Key on b, with cfg's defaults applied as
@@ -58,6 +60,9 @@ func NewMutex(b Backend, cfg Config, opts ...Option) (*Mutex, error) {
 // while waiting, and tenure.ErrClosed after Close; on every error path its
 // queue entry is removed.
 func (m *Mutex) Lock(ctx context.Context) (tenure.Term, error) {
+	if ctx == nil {
+		return tenure.Term{}, errNilContext
+	}
 	start := m.e.clock.Now()
 	select {
 	case <-m.local:
@@ -65,54 +70,99 @@ func (m *Mutex) Lock(ctx context.Context) (tenure.Term, error) {
 		return tenure.Term{}, errors.Join(tenure.ErrCanceled, ctx.Err())
 	case <-m.closed:
 		return tenure.Term{}, tenure.ErrClosed
+	case <-m.e.ctx.Done(): // closed through Elector()
+		return tenure.Term{}, tenure.ErrClosed
 	}
-	t, err := m.e.Campaign(ctx)
+	t, err := m.campaign(func() (tenure.Term, error) { return m.e.Campaign(ctx) })
 	if err != nil {
-		m.local <- struct{}{}
 		return tenure.Term{}, err
 	}
-	m.setHeld()
 	m.e.rec.lockWait(m.e.clock.Now().Sub(start))
 	return t, nil
 }
 
-func (m *Mutex) setHeld() {
+// campaign runs a campaign of the goroutine that took the local token,
+// and records its result: held, or the token given back. An Unlock that
+// comes once the term is visible (Held is true) but before the result is
+// recorded waits for it (see Unlock).
+func (m *Mutex) campaign(run func() (tenure.Term, error)) (tenure.Term, error) {
+	settled := make(chan struct{})
 	m.mu.Lock()
-	m.held = true
+	m.locking = settled
 	m.mu.Unlock()
+	t, err := run()
+	m.mu.Lock()
+	m.locking = nil
+	m.held = err == nil
+	m.mu.Unlock()
+	close(settled)
+	if err != nil {
+		m.local <- struct{}{}
+	}
+	return t, err
 }
 
 // TryLock takes the lock only if nobody holds it or waits for it, and
 // returns tenure.ErrLocked at once otherwise (also when another goroutine of
 // this process holds it).
 func (m *Mutex) TryLock(ctx context.Context) (tenure.Term, error) {
+	if ctx == nil {
+		return tenure.Term{}, errNilContext
+	}
 	select {
 	case <-m.local:
 	default:
 		return tenure.Term{}, fmt.Errorf("%w: held by this process", tenure.ErrLocked)
 	}
-	t, err := m.e.TryCampaign(ctx)
-	if err != nil {
-		m.local <- struct{}{}
-		return tenure.Term{}, err
-	}
-	m.setHeld()
-	return t, nil
+	return m.campaign(func() (tenure.Term, error) { return m.e.TryCampaign(ctx) })
 }
 
 // Unlock releases the lock: the next waiter in line takes it. It is
 // idempotent and safe to retry (see Elector.Resign); unlocking a Mutex that
 // is not held returns nil and frees nothing another goroutine waits on.
+// An Unlock that comes while a Lock of this process returns (the lock is
+// held, Held is true, and Lock has not returned yet) releases that hold.
+// One that comes while another Unlock releases waits for it. Both waits
+// end with ctx (tenure.ErrCanceled joined with ctx.Err()).
 func (m *Mutex) Unlock(ctx context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.held {
-		return nil
+	if ctx == nil {
+		return errNilContext
 	}
-	err := m.e.Resign(ctx)
-	m.held = false
-	m.local <- struct{}{} // the process-local slot, freed exactly once per hold
-	return err
+	for {
+		m.mu.Lock()
+		var wait chan struct{}
+		switch {
+		case m.unlocking != nil:
+			wait = m.unlocking
+		case !m.held && m.locking != nil && m.e.IsLeader():
+			wait = m.locking
+		case !m.held:
+			m.mu.Unlock()
+			return nil
+		}
+		if wait != nil {
+			m.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return errors.Join(tenure.ErrCanceled, ctx.Err())
+			}
+		}
+		// Not under m.mu: the release may take a while (the backend is
+		// slow or gone, until the lease deadline), and Held, Done and a
+		// concurrent Unlock's ctx must not wait for it.
+		done := make(chan struct{})
+		m.unlocking = done
+		m.mu.Unlock()
+		err := m.e.Resign(ctx)
+		m.mu.Lock()
+		m.held, m.unlocking = false, nil
+		m.mu.Unlock()
+		close(done)
+		m.local <- struct{}{} // the process-local slot, freed exactly once per hold
+		return err
+	}
 }
 
 // Done returns a channel closed when the hold taken by the latest Lock ends:
@@ -141,9 +191,12 @@ func (m *Mutex) Context() context.Context {
 func (m *Mutex) Held() bool { return m.e.IsLeader() }
 
 // Position returns how many holders and waiters are ahead of this process's
-// Lock in progress in the distributed queue (0 when this process holds the
-// lock, also to a goroutine still waiting locally for another goroutine of
-// the process to unlock).
+// Lock in progress in the distributed queue: 0 while this process holds
+// the lock (also when asked by a goroutine waiting locally for another
+// goroutine of the process to unlock). When no campaign of this process is
+// queued (none in progress, one still opening its session, or a hold that
+// was lost and not yet unlocked) it returns an error wrapping
+// tenure.ErrNotLeader.
 func (m *Mutex) Position(ctx context.Context) (int, error) { return m.e.Position(ctx) }
 
 // Elector returns the election under the lock (for Handler, Status, Leader).

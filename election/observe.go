@@ -19,9 +19,14 @@ import (
 // nothing tells the reader that it may be stale: read Leader, or the
 // elector's own state (IsLeader), when that matters. Each call observes on
 // its own; with Metrics, a failover seen by several observers of one
-// elector is recorded once. It is safe for concurrent use.
+// elector is recorded once. It is safe for concurrent use. A nil ctx is a
+// programming error: the channel is closed at once.
 func (e *Elector) Observe(ctx context.Context) <-chan tenure.Leader {
 	out := make(chan tenure.Leader, 1)
+	if ctx == nil { // a programming error: nothing to observe for
+		close(out)
+		return out
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()

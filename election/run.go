@@ -35,6 +35,9 @@ import (
 // another goroutine ends the term like a loss would: Run waits for
 // OnElected before the entry is released.
 func (e *Elector) Run(ctx context.Context, cb tenure.Callbacks) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if err := e.acquire(ctx, e.runSem, true, nil); err != nil {
 		return err
 	}

@@ -34,8 +34,9 @@ type Status struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// LeaseRemainingSeconds is the time until Deadline, 0 once passed.
 	LeaseRemainingSeconds float64 `json:"lease_remaining_seconds"`
-	// Position is how many candidates are ahead while campaigning (-1
-	// otherwise).
+	// Position is how many candidates are ahead while campaigning with an
+	// entry in the queue (0 for the leader), -1 otherwise (idle, closed,
+	// or a campaign that has no entry yet).
 	Position int `json:"position"`
 	// Wedged explains why /healthz fails, or is empty.
 	Wedged string `json:"wedged,omitempty"`
@@ -52,8 +53,11 @@ type LeaderStatus struct {
 }
 
 // Status reads the elector's state; it asks the backend for the leader and
-// the queue position, on ctx.
+// the queue position, on ctx (context.Background when nil).
 func (e *Elector) Status(ctx context.Context) Status {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	st := Status{Key: e.cfg.Key, Identity: e.cfg.Identity, Backend: e.b.Name(), Position: -1}
 	e.mu.Lock()
 	closed, pending := e.closed, e.pending != nil
