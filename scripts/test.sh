@@ -19,16 +19,17 @@ step() { printf '\n== %s\n' "$*"; }
 # ZooKeeper's jars and PostgreSQL's programs for the tests' own servers
 # (internal/zkserver and internal/pgserver start and stop them; nothing is
 # started here, and the cluster Debian's postgresql package may start on port
-# 5432 goes unused), Curator and kazoo for the interop tests, and javac to
-# compile their small Java program.
+# 5432 goes unused), Curator and kazoo for the interop tests, javac to
+# compile their small Java program, and promtool (in Debian's prometheus
+# package; its server is not used) for examples/cron-report's alert tests.
 step "system packages"
 need=()
-for pkg in zookeeper libcurator-recipes-java python3-kazoo postgresql redis-server; do
+for pkg in zookeeper libcurator-recipes-java python3-kazoo postgresql redis-server prometheus; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 if [ ${#need[@]} -eq 0 ]; then
-  echo "zookeeper, libcurator-recipes-java, python3-kazoo, postgresql, redis-server and javac are installed"
+  echo "zookeeper, libcurator-recipes-java, python3-kazoo, postgresql, redis-server, prometheus (promtool) and javac are installed"
 else
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need the Debian packages ${need[*]}, and this machine has no apt-get" >&2

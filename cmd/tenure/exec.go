@@ -277,7 +277,20 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		fmt.Fprintf(stderr, "tenure exec: %v while taking %s; not running %s\n", s, f.key, argv[0])
 		return 128 + int(s.(syscall.Signal))
 	}
-	return supervise(e, f, term, argv, sigs, stop, stdout, stderr)
+	code := supervise(e, f, term, argv, sigs, stop, stdout, stderr)
+	if reg != nil {
+		// Whether the work was done, which tenure_transitions_total
+		// ("elected") does not say: a cron job's alert needs it. Made
+		// here, so that it is absent when CMD was not run.
+		exitCode := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "tenure_exec_exit_code",
+			Help:        "The status tenure exec exited with after it ran, or tried to run, its command: the command's own, 128+N when a signal N ended it, 4 when leadership was lost, 127 when it could not start. Absent when the command was not run (--no-wait found the key held, the campaign failed).",
+			ConstLabels: prometheus.Labels{"key": f.key},
+		})
+		exitCode.Set(float64(code))
+		_ = reg.Register(exitCode) // the only one of its name
+	}
+	return code
 }
 
 // cancelOnSignal returns a ctx that the first signal on sigs cancels, and

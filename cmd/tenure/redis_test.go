@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,13 +59,17 @@ func TestExecRedis_FourNoWaitOneRuns(t *testing.T) {
 			if !strings.Contains(string(prom), `tenure_skipped_total{backend="redis",key="`+key+`"} 1`) {
 				t.Errorf("replica %s skipped, but its metrics say:\n%s", r.id, prom)
 			}
+			if strings.Contains(string(prom), "tenure_exec_exit_code") {
+				t.Errorf("replica %s skipped, but its metrics give an exit code:\n%s", r.id, prom)
+			}
 			continue
 		}
 		if runner != nil {
 			t.Fatalf("replicas %s and %s both ran", runner.id, r.id)
 		}
 		runner = r
-		if !strings.Contains(string(prom), `tenure_transitions_total{backend="redis",key="`+key+`",reason="elected"} 1`) {
+		if !strings.Contains(string(prom), `tenure_transitions_total{backend="redis",key="`+key+`",reason="elected"} 1`) ||
+			!strings.Contains(string(prom), `tenure_exec_exit_code{key="`+key+`"} 0`) {
 			t.Errorf("replica %s ran, but its metrics say:\n%s", r.id, prom)
 		}
 	}
@@ -79,6 +84,32 @@ func TestExecRedis_FourNoWaitOneRuns(t *testing.T) {
 	for _, r := range skippers {
 		if !r.at.Before(runner.at) {
 			t.Errorf("replica %s skipped at %v, after replica %s's job ended (%v): it waited for the lock", r.id, r.at, runner.id, runner.at)
+		}
+	}
+}
+
+// TestExecRedis_MetricsFileSaysTheCommandFailed: a job that took the
+// lock and failed must not look, to an alert reading --metrics-file, like
+// one that did the work: tenure_transitions_total says "elected" either
+// way; tenure_exec_exit_code says how it ended.
+func TestExecRedis_MetricsFileSaysTheCommandFailed(t *testing.T) {
+	key, dir := testKey(t), dirT(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sh", "-c", "exit 3"}, "3"},
+		{[]string{"/nonexistent/report"}, "127"},
+	} {
+		file := path(dir, "run.prom")
+		p := start(t, redisExec(append([]string{"--key", key, "--no-wait", "--metrics-file", file, "--"}, c.args...)...)...)
+		code := p.wait(t, 15*time.Second)
+		prom, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := `tenure_exec_exit_code{key="` + key + `"} ` + c.want; !strings.Contains(string(prom), want) || strconv.Itoa(code) != c.want {
+			t.Errorf("%v: exit %d, metrics file without %q:\n%s", c.args, code, want, prom)
 		}
 	}
 }
