@@ -122,8 +122,9 @@ func (m *Mutex) TryLock(ctx context.Context) (tenure.Term, error) {
 // is not held returns nil and frees nothing another goroutine waits on.
 // An Unlock that comes while a Lock of this process returns (the lock is
 // held, Held is true, and Lock has not returned yet) releases that hold.
-// One that comes while another Unlock releases waits for it. Both waits
-// end with ctx (tenure.ErrCanceled joined with ctx.Err()).
+// One that comes while another Unlock releases waits for it, and returns
+// nil: it never releases the hold a goroutine takes next. Both waits end
+// with ctx (tenure.ErrCanceled joined with ctx.Err()).
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
@@ -133,7 +134,17 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		var wait chan struct{}
 		switch {
 		case m.unlocking != nil:
-			wait = m.unlocking
+			// Another Unlock releases this hold: wait for it, and no
+			// more (looking again could find, and release, the hold of
+			// the next goroutine to lock).
+			ch := m.unlocking
+			m.mu.Unlock()
+			select {
+			case <-ch:
+				return nil
+			case <-ctx.Done():
+				return errors.Join(tenure.ErrCanceled, ctx.Err())
+			}
 		case !m.held && m.locking != nil && m.e.IsLeader():
 			wait = m.locking
 		case !m.held:
@@ -206,6 +217,9 @@ func (m *Mutex) Elector() *Elector { return m.e }
 // return tenure.ErrClosed), ends the session and waits for everything the
 // Mutex started (see Elector.Close).
 func (m *Mutex) Close(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	m.once.Do(func() { close(m.closed) })
 	return m.e.Close(ctx)
 }

@@ -124,10 +124,19 @@ func TestMutex_NilContextIsAnError(t *testing.T) {
 			t.Error("Observe(nil) delivered a value; want a closed channel")
 		}
 	}()
+	//nolint:staticcheck
+	call("Close", func() error { return m.Close(nil) })
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := m.Lock(lctx); err != nil {
-		t.Fatalf("Lock after the nil calls: %v", err)
+	for i := range 10 { // a half-closed Mutex would refuse some of them
+		if _, err := m.Lock(lctx); err != nil {
+			t.Fatalf("Lock %d after the nil calls: %v", i, err)
+		}
+		if i < 9 {
+			if err := m.Unlock(lctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if err := m.Unlock(lctx); err != nil {
 		t.Fatal(err)
