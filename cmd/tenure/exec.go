@@ -64,9 +64,11 @@ it, as GNU timeout passes the signal on), waits for CMD and releases KEY
 at once; a second such signal sends SIGKILL to every process of CMD's,
 in its group or not, and one during a release that hangs stops waiting
 for it. What CMD leaves running when it exits is stopped (SIGTERM,
-SIGKILL --grace later, or at once on a signal) before KEY is released. Ctrl-Z is ignored while CMD
-runs; CMD has no controlling terminal, so give a CMD that reads input a
-file or a pipe.
+SIGKILL --grace later, or at once on a signal) before KEY is released.
+CMD's processes are what descends from it, and what they leave behind
+in CMD's session; a process that left the session (setsid) is CMD's only
+while its parent lives. Ctrl-Z is ignored while CMD runs; CMD has no
+controlling terminal, so give a CMD that reads input a file or a pipe.
 
 If leadership is lost while CMD runs (the lease could not be renewed), CMD
 gets SIGTERM and, --grace later, SIGKILL, both before the server can
@@ -284,7 +286,7 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		// here, so that it is absent when CMD was not run.
 		exitCode := prometheus.NewGauge(prometheus.GaugeOpts{
 			Name:        "tenure_exec_exit_code",
-			Help:        "The status tenure exec exited with after it ran, or tried to run, its command: the command's own, 128+N when a signal N ended it, 4 when leadership was lost, 127 when it could not start. Absent when the command was not run (--no-wait found the key held, the campaign failed).",
+			Help:        "The status tenure exec exited with once it held the key: the command's own, 128+N when a signal N ended it, 4 when leadership was lost (while it ran, or just before it would have started), 127 when it could not start. Absent when tenure exec did not hold the key (--no-wait found it held, the campaign failed or was interrupted).",
 			ConstLabels: prometheus.Labels{"key": f.key},
 		})
 		exitCode.Set(float64(code))
@@ -444,13 +446,12 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		say.printf("tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], why)
 		return exitLostLead
 	}
-	before := childrenNow() // not CMD's (see cmdTree)
 	if err := cmd.Start(); err != nil {
 		release()
 		say.printf("tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
 		return 127
 	}
-	tree := &cmdTree{cmd: procStat{pid: cmd.Process.Pid}, before: before}
+	tree := &cmdTree{cmd: procStat{pid: cmd.Process.Pid}}
 	if p, ok := readProcStat(cmd.Process.Pid); ok { // not reaped before cmd.Wait
 		tree.cmd = p
 	}

@@ -111,37 +111,16 @@ func childrenOf(pid int) []int {
 }
 
 // cmdTree finds CMD's processes: CMD and what descends from it, and what
-// CMD's processes left behind, which the kernel gives to tenure (its
-// subreaper, see supervise): tenure's children started after CMD, but the
-// guard, with what descends from them. Children tenure had before CMD
-// started (a process its shell forked before it exec'd tenure: `exec
-// tenure exec ... 2> >(logger)`) are not CMD's. Safe for concurrent use
-// once made (it is read only).
+// CMD's processes left behind in CMD's session, which the kernel gives to
+// tenure (its subreaper, see supervise), with what descends from them.
+// Adopted processes of another session are not CMD's: the orphans of a
+// child tenure had before CMD started (its shell forked it before it
+// exec'd tenure: `exec tenure exec ... 2> >(logger)`), and, as for the
+// guard, what left CMD's session (setsid) and then lost its parent.
+// Safe for concurrent use once made (it is read only).
 type cmdTree struct {
-	cmd    procStat     // CMD itself, as it started
-	guard  procStat     // the guard (zero when none)
-	before map[int]bool // tenure's children before CMD started
-}
-
-// childrenNow returns the pids of tenure's children.
-func childrenNow() map[int]bool {
-	out := map[int]bool{}
-	if !procIsOurs() {
-		return out
-	}
-	if childFiles() {
-		for _, c := range childrenOf(os.Getpid()) {
-			out[c] = true
-		}
-		return out
-	}
-	self := os.Getpid()
-	for _, p := range readProcs() {
-		if p.ppid == self {
-			out[p.pid] = true
-		}
-	}
-	return out
+	cmd   procStat // CMD itself, as it started; its pid is its group's and its session's
+	guard procStat // the guard (zero when none)
 }
 
 // is reports whether the process p is the one that want was (same pid,
@@ -149,8 +128,8 @@ func childrenNow() map[int]bool {
 func is(p, want procStat) bool { return want.pid != 0 && p.pid == want.pid && p.start == want.start }
 
 // processes returns CMD's live processes (CMD included while it runs),
-// and, as orphans, those of them that tenure adopted (their parent
-// exited).
+// found by descent, and, as orphans, those of them that tenure adopted
+// (their parent exited).
 func (t *cmdTree) processes() (all, orphans []procStat) {
 	if !procIsOurs() {
 		return nil, nil
@@ -179,7 +158,7 @@ func (t *cmdTree) processes() (all, orphans []procStat) {
 		switch {
 		case is(c, t.cmd):
 			queue = append(queue, c)
-		case is(c, t.guard), t.before[c.pid], c.start < t.cmd.start:
+		case is(c, t.guard), c.sid != t.cmd.pid:
 		default:
 			queue = append(queue, c)
 			if !c.dead {
@@ -198,15 +177,35 @@ func (t *cmdTree) processes() (all, orphans []procStat) {
 	return all, orphans
 }
 
+// members returns the live processes of CMD's session, from a scan of
+// all of /proc: unlike the walk by descent, which reads each parent's list
+// of children while processes die, it misses nothing that lives
+// throughout.
+func (t *cmdTree) members() []procStat {
+	if !procIsOurs() {
+		return nil
+	}
+	var out []procStat
+	for _, p := range readProcs() {
+		if p.sid == t.cmd.pid && !p.dead {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // signal sends s to CMD's process group, and then: SIGKILL to every other
-// process of CMD's; any other signal (SIGTERM, a request) only to the
-// orphans outside the group, for a process whose parent lives is its
-// parent's to stop (a signal to both would reach it twice: GNU timeout,
-// or a tenure exec inside CMD, passes it on).
+// process of CMD's (by descent, and in its session); any other signal
+// (SIGTERM, a request) only to the orphans outside the group, for a
+// process whose parent lives is its parent's to stop (a signal to both
+// would reach it twice: GNU timeout, or a tenure exec inside CMD, passes
+// it on).
 func (t *cmdTree) signal(s syscall.Signal) {
 	_ = syscall.Kill(-t.cmd.pid, s)
 	all, orphans := t.processes()
-	if s != syscall.SIGKILL {
+	if s == syscall.SIGKILL {
+		all = append(all, t.members()...)
+	} else {
 		all = orphans
 	}
 	for _, p := range all {
@@ -216,10 +215,13 @@ func (t *cmdTree) signal(s syscall.Signal) {
 	}
 }
 
-// gone reports whether nothing of CMD's is left: its group is empty, and
-// none of its processes lives.
+// gone reports whether nothing of CMD's is left: its group is empty, no
+// process of its session lives, and none is found by descent.
 func (t *cmdTree) gone() bool {
 	if syscall.Kill(-t.cmd.pid, 0) == nil {
+		return false
+	}
+	if len(t.members()) > 0 {
 		return false
 	}
 	all, _ := t.processes()

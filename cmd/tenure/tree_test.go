@@ -233,14 +233,16 @@ func waitFile0(t *testing.T, path string, d time.Duration) {
 
 // TestExec_ChildrenTenureHadBeforeAreNotCMDs: a process the shell forked
 // before it exec'd tenure (a log reader, a sidecar) is tenure's child, but
-// not CMD's: tenure must neither signal it nor wait for it. Before, it
-// counted as a leftover of CMD: SIGTERM, then SIGKILL --grace later (5 s
-// here), on every run.
+// not CMD's: tenure must neither signal it nor wait for it; nor what such
+// a child leaves behind while CMD runs, which the kernel also gives to
+// tenure. Before, both counted as leftovers of CMD: SIGTERM, then SIGKILL
+// --grace later (5 s here), on every run.
 func TestExec_ChildrenTenureHadBeforeAreNotCMDs(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
-	args := strings.Join(append(append([]string{os.Args[0], "exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--grace", "5s", "--", "true"), " ")
-	sh := exec.Command("sh", "-c", `sleep 30 </dev/null >/dev/null 2>&1 & echo $! > `+path(dir, "pid")+`; exec `+args)
+	args := strings.Join(append(append([]string{os.Args[0], "exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--grace", "5s", "--", "sleep", "1"), " ")
+	sh := exec.Command("sh", "-c", `sleep 30 </dev/null >/dev/null 2>&1 & echo $! > `+path(dir, "pid")+`; `+
+		`(sleep 0.5; sleep 30 </dev/null >/dev/null 2>&1 & echo $! > `+path(dir, "orphan-pid")+`) & exec `+args)
 	sh.Env = append(os.Environ(), "TENURE_TEST_AS_CLI=1")
 	var stderr strings.Builder
 	sh.Stderr = &stderr
@@ -250,14 +252,18 @@ func TestExec_ChildrenTenureHadBeforeAreNotCMDs(t *testing.T) {
 	}
 	code := exitWithin(t, sh, 15*time.Second, "tenure exec")
 	took := time.Since(begun)
-	side := pidIn(t, path(dir, "pid"))
+	side, orphan := pidIn(t, path(dir, "pid")), pidIn(t, path(dir, "orphan-pid"))
 	defer syscall.Kill(side, syscall.SIGKILL)
-	t.Logf("tenure exec -- true, with a child from before: exit %d after %v", code, took)
+	defer syscall.Kill(orphan, syscall.SIGKILL)
+	t.Logf("tenure exec -- sleep 1, with a child from before that leaves an orphan: exit %d after %v", code, took)
 	if code != 0 {
 		t.Errorf("exit %d, want 0; stderr: %s", code, stderr.String())
 	}
 	if !running(side) {
 		t.Error("tenure killed a process its shell had started before it (not CMD's)")
+	}
+	if !running(orphan) {
+		t.Error("tenure killed what a child from before left behind (not CMD's)")
 	}
 	if took > 4*time.Second {
 		t.Errorf("tenure took %v: it waited for a process that is not CMD's", took)
