@@ -32,9 +32,12 @@
 //     without such a check). A waiter does not watch its own node: a waiter
 //     whose node was deleted learns it at its next wake-up.
 //   - The leader watches its own node from 10 ms into its term, and is
-//     demoted when the node is deleted; a node deleted sooner is found
-//     missing when that watch is set. A term shorter than that (a lock held
-//     for a moment) sends no request for the watch.
+//     demoted when the node is deleted, or when another client changes its
+//     data (zkfence, which checks the node's version, refuses the leader's
+//     writes from then on; the node is then deleted, and the next candidate
+//     leads); a node deleted or changed sooner is found so when that watch
+//     is set. A term shorter than that (a lock held for a moment) sends no
+//     request for the watch.
 //   - When a create's reply is lost, the node is looked up by its uuid and
 //     session. A node that an Enqueue may have made and could not keep
 //     (the caller gave up, the link went down, the session expired) is

@@ -609,6 +609,16 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 			if err == nil && (!ok || uint64(st.Czxid) != t.Token || st.EphemeralOwner != s.id) {
 				return s.lost(t)
 			}
+			if err == nil && st.Version != 0 {
+				// Someone changed the node's data (tenure never does):
+				// zkfence refuses its holder's writes from then on, and a
+				// leader that cannot write must not hold the key. The
+				// node is still t's; it goes in the background, and the
+				// next candidate leads.
+				s.forget(t.Name)
+				s.b.reap(s.id, t.Name, t.Token)
+				return fmt.Errorf("%w: zookeeper node %s (czxid %d) was changed by another client (version %d): zkfence refuses its holder's writes", tenure.ErrOwnershipLost, t.Name, t.Token, st.Version)
+			}
 			if err != nil {
 				if errors.Is(err, tenure.ErrSessionExpired) || !s.alive() {
 					return s.lost(t)

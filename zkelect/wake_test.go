@@ -316,3 +316,39 @@ func TestWaitHead_WaiterWhoseNodeIsDeletedIsPassedOver(t *testing.T) {
 		t.Fatalf("after a resigned: w leads %v, x leads %v; want x alone", w.IsLeader(), x.IsLeader())
 	}
 }
+
+// TestWatchLoss_NodeDataChangedDemotes: someone sets data on the leader's
+// node (an operator, another client). zkfence refuses the leader's writes
+// from then on (the node is no longer at version 0), so the elector must
+// demote it and let the next candidate lead. Before, the loss watch only
+// set itself again: the leader kept its term, unable to write, for good.
+func TestWatchLoss_NodeDataChangedDemotes(t *testing.T) {
+	raw := rawConn(t, "", "")
+	ctx := ctxT(t, 60*time.Second)
+	key := electiontest.Key(t)
+	a := newZKElector(t, dialWith(t), key, "a")
+	b := newZKElector(t, dialWith(t), key, "b")
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bDone := campaignAsync(ctx, b)
+	waitUntil(t, "a's loss watch", func() bool { return strings.Contains(wchc(t), ta.Entry) })
+	changed := time.Now()
+	if _, err := raw.Set(ta.Entry, []byte("touched"), 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader whose node was changed still leads 5 s later")
+	}
+	took := time.Since(changed)
+	if !errors.Is(a.Err(), tenure.ErrOwnershipLost) {
+		t.Fatalf("demoted with %v, want ErrOwnershipLost", a.Err())
+	}
+	if err := <-bDone; err != nil {
+		t.Fatalf("the next candidate: %v", err)
+	}
+	t.Logf("node data changed: leader demoted %v later, and the next candidate leads", took.Round(time.Microsecond))
+}
