@@ -1,10 +1,13 @@
 package fence_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -332,5 +335,63 @@ func TestMetrics_RejectedWithANonUTF8KeyCounts(t *testing.T) {
 	m.Rejected("k\xff", "zookeeper")
 	if got := testutil.ToFloat64(m.Rejections().WithLabelValues("k\uFFFD", "zookeeper")); got != 1 {
 		t.Fatalf("rejections for the sanitized key = %v, want 1", got)
+	}
+}
+
+// TestMiddleware_ASenderStalledMidBodyHoldsNoLock: an old leader (term 5)
+// sends its headers and part of its body, then stalls (paused). A new
+// leader's request (term 6) must not wait behind it; and when the old one
+// resumes, its request is refused. Before, the old request held the
+// resource's lock while its handler read the body, so the new one waited
+// (its client gave up), and net/http could not tell the waiter its client
+// had gone: it ran next later anyway.
+func TestMiddleware_ASenderStalledMidBodyHoldsNoLock(t *testing.T) {
+	g := &fence.Guard{}
+	var mu sync.Mutex
+	var ran []string
+	h := fence.Middleware(g, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		ran = append(ran, r.Header.Get(fence.HeaderTerm)+":"+string(b))
+		mu.Unlock()
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	old, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if _, err := fmt.Fprintf(old, "POST / HTTP/1.1\r\nHost: x\r\n%s: 5\r\nContent-Length: 10\r\n\r\nab", fence.HeaderTerm); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the old request is in the middleware
+	cli := &http.Client{Timeout: 2 * time.Second}
+	req, _ := http.NewRequest("POST", srv.URL, strings.NewReader("new"))
+	req.Header.Set(fence.HeaderTerm, "6")
+	begun := time.Now()
+	resp, err := cli.Do(req)
+	if err != nil {
+		t.Fatalf("the new leader's request, behind a sender stalled mid-body: %v after %v", err, time.Since(begun))
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the new leader's request: %d", resp.StatusCode)
+	}
+	if _, err := io.WriteString(old, "cdefghij"); err != nil { // the old leader resumes
+		t.Fatal(err)
+	}
+	oldResp, err := http.ReadResponse(bufio.NewReader(old), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldResp.Body.Close()
+	if oldResp.StatusCode != http.StatusConflict {
+		t.Errorf("the old leader's request after the new one's: %d, want 409", oldResp.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 1 || ran[0] != "6:new" {
+		t.Errorf("next ran for %q, want the new leader's request only", ran)
 	}
 }

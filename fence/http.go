@@ -1,12 +1,19 @@
 package fence
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 )
+
+// MaxBody bounds the request body Middleware reads before it waits for the
+// resource's lock: 32 MiB. A larger body gets 413.
+const MaxBody = 32 << 20
 
 // HeaderTerm is the request header that carries the sender's term.
 const HeaderTerm = "X-Tenure-Term"
@@ -17,7 +24,11 @@ const HeaderTerm = "X-Tenure-Term"
 // math.MaxInt64, in one header value) gets 400. Accepted requests reach
 // next while the resource's lock is held, so a newer leader's request
 // cannot interleave with an older one's; a request whose context ends while
-// it waits for that lock gets 503 and does not reach next. next must not
+// it waits for that lock gets 503 and does not reach next. The body is read
+// (up to MaxBody) before the wait: a sender that stalls mid-body (a paused
+// old leader) holds no lock, and a waiting request whose client hangs up
+// is seen to (net/http notices a closed connection only once the body has
+// been read). next must not
 // use g for the same resource (see Guard). Refusals count as verifier
 // "http".
 //
@@ -40,6 +51,19 @@ func Middleware(g *Guard, resource string, next http.Handler) http.Handler {
 		if err != nil {
 			http.Error(w, fmt.Sprintf("missing or invalid %s header %q: requests must carry the sender's term, once", HeaderTerm, strings.Join(raw, ", ")), http.StatusBadRequest)
 			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+			if err != nil {
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					http.Error(w, fmt.Sprintf("request body above %d bytes", MaxBody), http.StatusRequestEntityTooLarge)
+					return
+				}
+				http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		rf := g.resource(resource)
 		select {

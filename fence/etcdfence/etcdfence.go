@@ -8,6 +8,7 @@ package etcdfence
 import (
 	"context"
 	"fmt"
+	"math"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -33,14 +34,15 @@ type Fence struct {
 // lease keeps its create revision, but is no contender any more: the
 // backend demotes its holder and the next candidate leads.) term must come
 // from an etcd election (Term.Backend "etcd", Term.Entry a key
-// "<Term.Key>/<lease ID in hex>"); any other term, an advisory Redis term
+// "<Term.Key>/<lease ID in hex>", Term.Token at most math.MaxInt64); any
+// other term, an advisory Redis term
 // included, is refused with an error wrapping tenure.ErrInvalidConfig.
 func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if f.Client == nil {
 		return nil, fmt.Errorf("%w: etcdfence: no Client", tenure.ErrInvalidConfig)
 	}
 	lease, ok := etcdelect.EntryLease(term.Key, term.Entry)
-	if !ok || term.Token == 0 || term.Backend != "etcd" {
+	if !ok || term.Token == 0 || term.Token > math.MaxInt64 || term.Backend != "etcd" {
 		return nil, fmt.Errorf("%w: etcdfence: term %v is not an etcd holder's", tenure.ErrInvalidConfig, term)
 	}
 	resp, err := f.Client.Txn(ctx).

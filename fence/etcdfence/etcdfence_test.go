@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"testing"
 	"time"
@@ -89,6 +90,14 @@ func TestTxn_EntryPutAgainWithoutItsLeaseIsStale(t *testing.T) {
 	bad.Entry = "fenced/not-a-lease"
 	if _, err := f.Txn(ctx, bad, clientv3.OpPut("fenced-data", "3")); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Fatalf("term with entry %q = %v, want ErrInvalidConfig", bad.Entry, err)
+	}
+	// A token no etcd revision can be: refused as bad input, not counted
+	// as a stale write (before, it wrapped to a negative revision and was
+	// refused as stale).
+	huge := term
+	huge.Token = math.MaxInt64 + 1
+	if _, err := f.Txn(ctx, huge, clientv3.OpPut("fenced-data", "4")); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("term with token %d = %v, want ErrInvalidConfig", huge.Token, err)
 	}
 }
 

@@ -12,6 +12,8 @@ package zkfence
 import (
 	"errors"
 	"fmt"
+	"math"
+	"path"
 
 	"github.com/go-zookeeper/zk"
 
@@ -30,18 +32,37 @@ type Fence struct {
 	Metrics *fence.Metrics
 }
 
+// isEntry reports whether entry is a contender's node of key: a child of
+// key whose name ends in a 10-digit sequence (not the key's own node, nor
+// another key's).
+func isEntry(key, entry string) bool {
+	if key == "" || entry == "" || path.Dir(entry) != key {
+		return false
+	}
+	name := path.Base(entry)
+	if len(name) < 10 {
+		return false
+	}
+	for _, c := range name[len(name)-10:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // Multi runs ops (zk.CreateRequest, zk.SetDataRequest, zk.DeleteRequest,
 // ...) atomically with a check that term's node exists at version 0, and
 // returns a *fence.StaleError when it does not (a node whose data someone
 // changed is refused too). term must come from a ZooKeeper election
-// (Term.Backend "zookeeper", Term.Entry set); any other term, an advisory
-// Redis term included, is refused with an error wrapping
-// tenure.ErrInvalidConfig.
+// (Term.Backend "zookeeper", Term.Entry a node of Term.Key, Term.Token at
+// most math.MaxInt64); any other term, an advisory Redis term included,
+// is refused with an error wrapping tenure.ErrInvalidConfig.
 func (f Fence) Multi(term tenure.Term, ops ...any) ([]zk.MultiResponse, error) {
 	if f.Conn == nil {
 		return nil, fmt.Errorf("%w: zkfence: no Conn", tenure.ErrInvalidConfig)
 	}
-	if term.Entry == "" || term.Token == 0 || term.Backend != "zookeeper" {
+	if term.Token == 0 || term.Token > math.MaxInt64 || term.Backend != "zookeeper" || !isEntry(term.Key, term.Entry) {
 		return nil, fmt.Errorf("%w: zkfence: term %v is not a ZooKeeper holder's", tenure.ErrInvalidConfig, term)
 	}
 	all := append([]any{&zk.CheckVersionRequest{Path: term.Entry, Version: 0}}, ops...)

@@ -2,7 +2,10 @@ package zkfence_test
 
 import (
 	"errors"
+	"math"
 	"testing"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/fence/zkfence"
@@ -14,5 +17,29 @@ func TestMulti_NoConnIsAConfigError(t *testing.T) {
 	term := tenure.Term{Key: "/k", Entry: "/k/_c_x-lock-0000000001", Token: 5, Backend: "zookeeper"}
 	if _, err := (zkfence.Fence{}).Multi(term); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Fatalf("Multi without a Conn = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestMulti_TermsNoElectionIssuedAreConfigErrors: zkfence checks only that
+// the term's node exists at version 0, so the term must name a contender's
+// node of its key, with a token a czxid can be. Before, only a non-empty
+// Entry was required: the key's own node (version 0 for good), another
+// key's node, or a token above math.MaxInt64 went through.
+func TestMulti_TermsNoElectionIssuedAreConfigErrors(t *testing.T) {
+	f := zkfence.Fence{Conn: &zk.Conn{}} // never reached: the term is refused first
+	good := tenure.Term{Key: "/k", Entry: "/k/_c_x-lock-0000000001", Token: 5, Backend: "zookeeper"}
+	for name, mod := range map[string]func(*tenure.Term){
+		"the key's own node":       func(t *tenure.Term) { t.Entry = "/k" },
+		"another key's node":       func(t *tenure.Term) { t.Key = "/other" },
+		"a node without sequence":  func(t *tenure.Term) { t.Entry = "/k/config" },
+		"a token above MaxInt64":   func(t *tenure.Term) { t.Token = math.MaxInt64 + 1 },
+		"no entry":                 func(t *tenure.Term) { t.Entry = "" },
+		"an advisory (Redis) term": func(t *tenure.Term) { t.Backend, t.Advisory = "redis", true },
+	} {
+		term := good
+		mod(&term)
+		if _, err := f.Multi(term); !errors.Is(err, tenure.ErrInvalidConfig) {
+			t.Errorf("%s (%+v): %v, want ErrInvalidConfig", name, term, err)
+		}
 	}
 }
