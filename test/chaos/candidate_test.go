@@ -64,7 +64,7 @@ const (
 	envTTL       = "CHAOS_TTL"      // milliseconds
 	envRegister  = "CHAOS_REGISTER" // the checker's register URL
 	envEvery     = "CHAOS_EVERY"    // milliseconds between writes
-	envBroken    = "CHAOS_BROKEN"   // "" or brokenNoDeadline
+	envBroken    = "CHAOS_BROKEN"   // "", brokenNoDeadline or brokenStall
 )
 
 // brokenNoDeadline is the lease-deadline-off variant: the elected work
@@ -73,6 +73,16 @@ const (
 // the server has expired the lease and elected a successor. The checker
 // must see overlapping leaders.
 const brokenNoDeadline = "nodeadline"
+
+// brokenStall is the leaderless-lane variant: each process, in its first
+// term, reports the term ended at once and then keeps its entry at the
+// head of the queue for stallFor, leading nobody: the lane has no leader
+// although no fault explains it. The checker must see the gap.
+const brokenStall = "stall"
+
+// stallFor is how long brokenStall's entry blocks the lane: above the
+// crash bound plus slack (about 4 s).
+const stallFor = 6 * time.Second
 
 // mono reads CLOCK_MONOTONIC in nanoseconds: one clock for every process on
 // this machine, unlike the monotonic reading in time.Time, which is
@@ -119,6 +129,7 @@ func candidateMain() int {
 	}
 	defer closeB()
 	noDeadline := env(envBroken) == brokenNoDeadline
+	stall := env(envBroken) == brokenStall
 	e, err := election.New(b, election.Config{Key: key, Identity: id, TTL: ttl}, election.WithLogger(log))
 	if err != nil {
 		o.line("EXIT %d config:%s", mono(), word(err))
@@ -169,6 +180,15 @@ func candidateMain() int {
 	err = e.Run(ctx, tenure.Callbacks{
 		OnElected: func(lctx context.Context, t tenure.Term) {
 			o.line("ELECTED %d %d %s %s", t.Token, mono(), t.Entry, sessionInfo())
+			if stall { // the broken variant: the term "ends", the entry stays
+				stall = false
+				o.line("WORKEND %d %d", t.Token, mono())
+				select {
+				case <-time.After(stallFor):
+				case <-lctx.Done():
+				}
+				return
+			}
 			var ended atomic.Int64
 			stop := context.AfterFunc(lctx, func() {
 				ended.Store(mono())

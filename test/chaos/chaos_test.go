@@ -264,6 +264,41 @@ func TestChecker_CatchesDisabledLeaseDeadline(t *testing.T) {
 	}
 }
 
+// TestChecker_CatchesALeaderlessLane: processes that report their first
+// term ended at once but keep their entry at the head of the queue for
+// 6 s (the class of an orphaned ZooKeeper node, or a spurious loss) leave
+// their lane leaderless, three times, with no fault to explain it: the
+// checker must report invariant 3. Before checkGaps it passed (the wait
+// for a writing leader allows 30 s).
+func TestChecker_CatchesALeaderlessLane(t *testing.T) {
+	for _, be := range backends {
+		if !be.linearizable {
+			continue // the next candidate takes a Redis key without waiting for the entry
+		}
+		if !selected("CHAOS_BACKENDS", be.name) {
+			continue
+		}
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			reg, err := newRegister(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reg.Close()
+			res := doRun(runConfig{be: be, srv: env.servers[be.name], reg: reg, sc: scenarioNamed("kill"), id: nextRunID(be.name, "stall"),
+				lanes: 1, rounds: 0, ttl: ttl, every: writeEvery, broken: brokenStall, logf: t.Logf})
+			for _, h := range res.harness {
+				t.Errorf("harness: %s", h)
+			}
+			got := invariants(res.violations)
+			t.Logf("broken variant (a stalled entry), %s: %v", be.name, res.violations)
+			if !got[livenessInvariant] {
+				t.Fatalf("the checker missed a lane with no leader for %v and no fault: invariants violated %v, want %d", stallFor, got, livenessInvariant)
+			}
+		})
+	}
+}
+
 func invariants(vs []violation) map[int]bool {
 	m := map[int]bool{}
 	for _, v := range vs {

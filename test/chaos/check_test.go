@@ -170,3 +170,82 @@ var registerModel = (&porcupine.NondeterministicModel{
 		return fmt.Sprintf("read() → %d %s", out.tok, out.res)
 	},
 }).ToModel()
+
+// window records that a fault injected at mono time at, with the given
+// bound, may leave the lane leaderless from at until bound after its undo
+// ended (now); slack more is allowed on top.
+func (l *lane) window(at int64, bound time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.windows = append(l.windows, [2]int64{at, mono() + int64(bound+slack)})
+}
+
+// checkGaps checks invariant 3 between faults: from the lane's first
+// election until the candidates were asked to stop (stopping), every
+// stretch with no term in progress lies in a fault's window, but for at
+// most the crash bound plus slack. observe sees only the first successor
+// after a fault: a successor that lost its term at once, or an entry left
+// at the head of the queue with no term (no leader for the rest of the
+// round, until the next round's wait for a writing leader, 30 s) passed.
+func (l *lane) checkGaps(stopping, end int64) []violation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.terms) == 0 {
+		return nil
+	}
+	terms := append([]*termInfo(nil), l.terms...)
+	sort.Slice(terms, func(i, j int) bool { return terms[i].start < terms[j].start })
+	endOf := func(t *termInfo) int64 {
+		switch {
+		case t.workEnd != 0:
+			return t.workEnd
+		case t.p.killedAt != 0:
+			return t.p.killedAt
+		case t.p.exitAt != 0:
+			return t.p.exitAt
+		}
+		return end
+	}
+	limit := int64(crashBound(l.r, 0) + slack)
+	var vs []violation
+	gap := func(from, to int64) {
+		// The longest part of [from, to) outside every window.
+		longest, at := int64(0), from
+		for at < to {
+			next := to
+			inside := false
+			for _, w := range l.windows {
+				if w[0] <= at && at < w[1] {
+					inside, at = true, w[1]
+					break
+				}
+				if w[0] > at && w[0] < next {
+					next = w[0]
+				}
+			}
+			if inside {
+				continue
+			}
+			longest = max(longest, min(next, to)-at)
+			at = next
+		}
+		if longest > limit {
+			vs = append(vs, violation{livenessInvariant, fmt.Sprintf("lane %d: no term in progress for %v outside any fault's window (from %v into the run; allowed %v)",
+				l.idx, time.Duration(longest).Round(time.Millisecond), time.Duration(from-l.r.start).Round(time.Millisecond), time.Duration(limit))})
+		}
+	}
+	covered := terms[0].start
+	for _, t := range terms {
+		if t.start > stopping {
+			break
+		}
+		if t.start > covered {
+			gap(covered, t.start)
+		}
+		covered = max(covered, endOf(t))
+	}
+	if covered < stopping {
+		gap(covered, stopping)
+	}
+	return vs
+}

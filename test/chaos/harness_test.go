@@ -57,6 +57,7 @@ type lane struct {
 	ops     []*opRec
 	open    map[string]*opRec // proc id + op number → op without an answer yet
 	faults  []faultRec
+	windows [][2]int64    // mono times from a fault to its bound after its undo: a leaderless stretch there is the fault's
 	changed chan struct{} // closed and replaced on every event
 
 	leftovers []string // LEFT reports of candidates that exited

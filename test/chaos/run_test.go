@@ -98,10 +98,12 @@ func doRun(c runConfig) (res result) {
 			res.violations = append(res.violations, violation{livenessInvariant, err.Error()})
 		}
 	}
+	stopping := mono()
 	res.violations = append(res.violations, r.stopAll()...)
 	end := mono()
 	for _, l := range r.lanes {
 		vs, excused, lateOK := l.check(end)
+		vs = append(vs, l.checkGaps(stopping, end)...)
 		res.violations = append(res.violations, vs...)
 		res.excused += excused
 		res.lateOK += lateOK
