@@ -66,8 +66,8 @@ in its group or not, and one during a release that hangs stops waiting
 for it. What CMD leaves running when it exits is stopped (SIGTERM,
 SIGKILL --grace later, or at once on a signal) before KEY is released.
 CMD's processes are what descends from it, and what they leave behind
-in CMD's session; a process that left the session (setsid) is CMD's only
-while its parent lives. Ctrl-Z is ignored while CMD runs; CMD has no
+(which the kernel gives to tenure), in CMD's session or in one they made
+(setsid). Ctrl-Z is ignored while CMD runs; CMD has no
 controlling terminal, so give a CMD that reads input a file or a pipe.
 
 If leadership is lost while CMD runs (the lease could not be renewed), CMD
@@ -446,12 +446,13 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		say.printf("tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], why)
 		return exitLostLead
 	}
+	tree := newCmdTree() // before CMD: tenure's children then are not CMD's
 	if err := cmd.Start(); err != nil {
 		release()
 		say.printf("tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
 		return 127
 	}
-	tree := &cmdTree{cmd: procStat{pid: cmd.Process.Pid}}
+	tree.cmd = procStat{pid: cmd.Process.Pid}
 	if p, ok := readProcStat(cmd.Process.Pid); ok { // not reaped before cmd.Wait
 		tree.cmd = p
 	}
@@ -630,7 +631,8 @@ const prSetChildSubreaper = 36
 // other processes (see cmdTree). SIGTERM, and SIGKILL at killBy() if
 // anything remains (SIGKILL at once when that has passed already). killBy
 // is asked again every 10 ms while it waits: it may come nearer. Nothing
-// left costs one kill(2) probe and one read of tenure's children. The
+// left costs one kill(2) probe, a walk from tenure's children and one read
+// of all of /proc; while something is left, the walk finds it first. The
 // group's dead are reaped as they go (they are tenure's children, see the
 // subreaper in supervise): a zombie would count as alive.
 func stopGroup(t *cmdTree, killBy func() time.Time) {

@@ -111,16 +111,53 @@ func childrenOf(pid int) []int {
 }
 
 // cmdTree finds CMD's processes: CMD and what descends from it, and what
-// CMD's processes left behind in CMD's session, which the kernel gives to
-// tenure (its subreaper, see supervise), with what descends from them.
-// Adopted processes of another session are not CMD's: the orphans of a
-// child tenure had before CMD started (its shell forked it before it
-// exec'd tenure: `exec tenure exec ... 2> >(logger)`), and, as for the
-// guard, what left CMD's session (setsid) and then lost its parent.
-// Safe for concurrent use once made (it is read only).
+// CMD's processes left behind, which the kernel gives to tenure (its
+// subreaper, see supervise), with what descends from them. An adopted
+// process is CMD's when it is in CMD's session, or started after CMD in a
+// session of its own making (setsid: a daemon's double fork, Python's
+// start_new_session). It is not CMD's when it is in tenure's own session
+// (CMD's processes cannot join it: the orphans of a child tenure had
+// before CMD started, which its shell forked before it exec'd tenure,
+// `exec tenure exec ... 2> >(logger)`), nor when it is such a child
+// itself, nor the guard. Safe for concurrent use once made (it is read
+// only).
 type cmdTree struct {
-	cmd   procStat // CMD itself, as it started; its pid is its group's and its session's
-	guard procStat // the guard (zero when none)
+	cmd    procStat         // CMD itself, as it started; its pid is its group's and its session's
+	guard  procStat         // the guard (zero when none)
+	self   procStat         // tenure
+	before map[int]procStat // tenure's children when CMD was about to start
+}
+
+// newCmdTree starts describing CMD's processes; call it just before CMD
+// starts, and set cmd (and guard) once they have.
+func newCmdTree() *cmdTree {
+	t := &cmdTree{before: map[int]procStat{}}
+	if !procIsOurs() {
+		return t
+	}
+	t.self, _ = readProcStat(os.Getpid())
+	for _, p := range readProcs() {
+		if p.ppid == os.Getpid() {
+			t.before[p.pid] = p
+		}
+	}
+	return t
+}
+
+// adopted reports whether c, a child of tenure other than CMD, is CMD's.
+func (t *cmdTree) adopted(c procStat) bool {
+	switch {
+	case is(c, t.guard):
+		return false
+	case c.sid == t.cmd.pid:
+		return true
+	case c.sid == t.self.sid, c.start < t.cmd.start:
+		return false
+	}
+	if b, ok := t.before[c.pid]; ok && is(c, b) {
+		return false
+	}
+	return true
 }
 
 // is reports whether the process p is the one that want was (same pid,
@@ -158,8 +195,7 @@ func (t *cmdTree) processes() (all, orphans []procStat) {
 		switch {
 		case is(c, t.cmd):
 			queue = append(queue, c)
-		case is(c, t.guard), c.sid != t.cmd.pid:
-		default:
+		case t.adopted(c):
 			queue = append(queue, c)
 			if !c.dead {
 				orphans = append(orphans, c)
@@ -203,15 +239,19 @@ func (t *cmdTree) members() []procStat {
 func (t *cmdTree) signal(s syscall.Signal) {
 	_ = syscall.Kill(-t.cmd.pid, s)
 	all, orphans := t.processes()
-	if s == syscall.SIGKILL {
-		all = append(all, t.members()...)
-	} else {
+	if s != syscall.SIGKILL {
 		all = orphans
 	}
-	for _, p := range all {
-		if p.pgid != t.cmd.pid {
-			_ = syscall.Kill(p.pid, s)
+	kill := func(ps []procStat) {
+		for _, p := range ps {
+			if p.pgid != t.cmd.pid {
+				_ = syscall.Kill(p.pid, s)
+			}
 		}
+	}
+	kill(all)
+	if s == syscall.SIGKILL {
+		kill(t.members()) // after the walk's: the scan reads all of /proc
 	}
 }
 
@@ -221,11 +261,10 @@ func (t *cmdTree) gone() bool {
 	if syscall.Kill(-t.cmd.pid, 0) == nil {
 		return false
 	}
-	if len(t.members()) > 0 {
+	if all, _ := t.processes(); len(all) > 0 {
 		return false
 	}
-	all, _ := t.processes()
-	return len(all) == 0
+	return len(t.members()) == 0 // last: it reads all of /proc
 }
 
 // killSession SIGKILLs the process group pgid and every process of the

@@ -316,3 +316,38 @@ func TestExec_KilledNestedExecKillsWhatLeftTheInnerGroup(t *testing.T) {
 	}
 	mustDie(t, child, 3*time.Second, "the inner command's child outside its process group")
 }
+
+// TestExec_SetsidChildOfCMDIsStopped: a process CMD starts in a session
+// of its own (setsid, Python's start_new_session) is CMD's: tenure stops
+// it before it releases KEY, when CMD exits and on SIGTERM. At ae1dd93 it
+// escaped: once its parent had exited it was adopted outside CMD's
+// session, and left alone.
+func TestExec_SetsidChildOfCMDIsStopped(t *testing.T) {
+	v := env{"etcd", endpoint}
+	for _, how := range []string{"CMD exits", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			key, dir := v.key(t), dirT(t)
+			script := `setsid sh -c 'trap "" TERM; echo $$ > ` + path(dir, "pid") + `; exec sleep 60' </dev/null >/dev/null 2>&1 &`
+			if how == "SIGTERM" {
+				script += ` while :; do sleep 0.01; done`
+			} else { // CMD exits once the child has written its pid
+				script += ` while [ ! -s ` + path(dir, "pid") + ` ]; do sleep 0.01; done`
+			}
+			a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--grace", "500ms", "--", "sh", "-c", script)...)
+			child := pidIn(t, path(dir, "pid"))
+			defer syscall.Kill(child, syscall.SIGKILL)
+			if p, ok := readProcStat(child); !ok || p.sid != child {
+				t.Fatalf("the child is not in a session of its own (%+v): the test shows nothing", p)
+			}
+			if how == "SIGTERM" {
+				if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code := a.wait(t, 10*time.Second)
+			if running(child) {
+				t.Fatalf("tenure exited %d with CMD's setsid child still running; stderr: %s", code, a.stderr)
+			}
+		})
+	}
+}
