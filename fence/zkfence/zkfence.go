@@ -33,8 +33,9 @@ type Fence struct {
 }
 
 // isEntry reports whether entry is a contender's node of key: a child of
-// key whose name ends in a 10-digit sequence (not the key's own node, nor
-// another key's).
+// key whose name ends in a 10-character sequence, ten digits or, once
+// ZooKeeper's counter has wrapped, a minus and nine (not the key's own
+// node, nor another key's).
 func isEntry(key, entry string) bool {
 	if key == "" || entry == "" || path.Dir(entry) != key {
 		return false
@@ -43,7 +44,11 @@ func isEntry(key, entry string) bool {
 	if len(name) < 10 {
 		return false
 	}
-	for _, c := range name[len(name)-10:] {
+	seq := name[len(name)-10:]
+	if seq[0] == '-' { // after the counter wrapped: %010d of a negative number
+		seq = seq[1:]
+	}
+	for _, c := range seq {
 		if c < '0' || c > '9' {
 			return false
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -26,6 +27,13 @@ func TestMulti_NoConnIsAConfigError(t *testing.T) {
 // Entry was required: the key's own node (version 0 for good), another
 // key's node, or a token above math.MaxInt64 went through.
 func TestMulti_TermsNoElectionIssuedAreConfigErrors(t *testing.T) {
+	// A node after the sequence counter wrapped is a contender's: the
+	// term is not refused as bad input (it goes on to the Multi, here on
+	// a Conn that cannot send, which fails otherwise).
+	wrapped := tenure.Term{Key: "/k", Entry: "/k/_c_x-lock--000000001", Token: 5, Backend: "zookeeper"}
+	if _, err := (zkfence.Fence{Conn: closedConn(t)}).Multi(wrapped); errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("a node named after the counter wrapped: %v, want it taken for a contender's", err)
+	}
 	f := zkfence.Fence{Conn: &zk.Conn{}} // never reached: the term is refused first
 	good := tenure.Term{Key: "/k", Entry: "/k/_c_x-lock-0000000001", Token: 5, Backend: "zookeeper"}
 	for name, mod := range map[string]func(*tenure.Term){
@@ -42,4 +50,16 @@ func TestMulti_TermsNoElectionIssuedAreConfigErrors(t *testing.T) {
 			t.Errorf("%s (%+v): %v, want ErrInvalidConfig", name, term, err)
 		}
 	}
+}
+
+// closedConn returns a go-zookeeper connection that was closed: its
+// requests fail at once.
+func closedConn(t *testing.T) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect([]string{"127.0.0.1:1"}, time.Second, zk.WithLogger(zk.DefaultLogger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	return c
 }

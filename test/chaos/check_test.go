@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -171,13 +172,14 @@ var registerModel = (&porcupine.NondeterministicModel{
 	},
 }).ToModel()
 
-// window records that a fault injected at mono time at, with the given
-// bound, may leave the lane leaderless from at until bound after its undo
-// ended (now); slack more is allowed on top.
-func (l *lane) window(at int64, bound time.Duration) {
+// window records that a fault injected at mono time at may leave the lane
+// leaderless from at until its undo ended (now): observe has seen the
+// successor by then (within the fault's bound), or the old term kept.
+// After that, a stretch without a term is the lane's own.
+func (l *lane) window(at int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.windows = append(l.windows, [2]int64{at, mono() + int64(bound+slack)})
+	l.windows = append(l.windows, [2]int64{at, mono()})
 }
 
 // checkGaps checks invariant 3 between faults: from the lane's first
@@ -248,4 +250,46 @@ func (l *lane) checkGaps(stopping, end int64) []violation {
 		gap(covered, stopping)
 	}
 	return vs
+}
+
+// gapLane is a lane with made-up terms and fault windows, in seconds from
+// 0, on a run with TTL 2 s against etcd's 500 ms expiry check (the crash
+// bound plus slack is 4 s).
+func gapLane(windows [][2]float64, terms ...[2]float64) *lane {
+	s := func(x float64) int64 { return int64(x * float64(time.Second)) }
+	l := &lane{r: &run{ttl: 2 * time.Second, srv: &etcdServers{}}}
+	for i, t := range terms {
+		p := &proc{id: fmt.Sprint("p", i)}
+		l.terms = append(l.terms, &termInfo{token: uint64(i + 1), p: p, start: s(t[0]), workEnd: s(t[1])})
+	}
+	for _, w := range windows {
+		l.windows = append(l.windows, [2]int64{s(w[0]), s(w[1])})
+	}
+	return l
+}
+
+// TestCheckGaps: a stretch without a term counts from the end of the
+// fault's window (its undo, after the successor was seen) and must stay
+// under the crash bound plus slack. The successor that loses its term at
+// once, with the next leader 9 s later, was let through while the window
+// ran to the undo plus the bound plus slack twice over.
+func TestCheckGaps(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		windows [][2]float64
+		terms   [][2]float64
+		want    bool
+	}{
+		{"handoffs only", nil, [][2]float64{{0, 10}, {10.01, 20}, {20.02, 40}}, false},
+		{"a failover inside its window", [][2]float64{{10, 12.5}}, [][2]float64{{0, 10}, {12.4, 40}}, false},
+		{"a successor that loses its term at once", [][2]float64{{10, 12.5}}, [][2]float64{{0, 10}, {12.4, 12.5}, {21.5, 40}}, true},
+		{"a 3 s stretch after the window", [][2]float64{{10, 12.5}}, [][2]float64{{0, 10}, {12.4, 12.5}, {15.5, 40}}, false},
+		{"no fault, 6 s without a term", nil, [][2]float64{{0, 10}, {16, 40}}, true},
+		{"no term after the last one ended", nil, [][2]float64{{0, 10}}, true},
+	} {
+		vs := gapLane(c.windows, c.terms...).checkGaps(int64(40*time.Second), int64(41*time.Second))
+		if got := len(vs) > 0; got != c.want {
+			t.Errorf("%s: violations %v, want any: %v", c.name, vs, c.want)
+		}
+	}
 }

@@ -53,7 +53,7 @@ type lane struct {
 
 	mu      sync.Mutex
 	terms   []*termInfo
-	byTok   map[uint64]*termInfo
+	byTok   map[procTok]*termInfo // a Redis restart starts tokens again at 1: by process too
 	ops     []*opRec
 	open    map[string]*opRec // proc id + op number → op without an answer yet
 	faults  []faultRec
@@ -61,6 +61,12 @@ type lane struct {
 	changed chan struct{} // closed and replaced on every event
 
 	leftovers []string // LEFT reports of candidates that exited
+}
+
+// procTok names a term by its process and token.
+type procTok struct {
+	p   *proc
+	tok uint64
 }
 
 // slot is one candidate position of a lane: its proxies (one per server)
@@ -228,13 +234,13 @@ func (l *lane) event(p *proc, line string) {
 			t.zkSession, t.zkPassword = parseZKSession(f[4], f[5])
 		}
 		l.terms = append(l.terms, t)
-		l.byTok[t.token] = t
+		l.byTok[procTok{p, t.token}] = t
 	case "CTXEND":
-		if t := l.byTok[u(1)]; t != nil && t.p == p {
+		if t := l.byTok[procTok{p, u(1)}]; t != nil {
 			t.ctxEnd = i64(2)
 		}
 	case "WORKEND":
-		if t := l.byTok[u(1)]; t != nil && t.p == p {
+		if t := l.byTok[procTok{p, u(1)}]; t != nil {
 			t.workEnd = i64(2)
 		}
 	case "W":

@@ -52,7 +52,7 @@ func doRun(c runConfig) (res result) {
 	r := &run{id: c.id, be: c.be, srv: c.srv, reg: c.reg, sc: c.sc, rounds: c.rounds, ttl: c.ttl, every: c.every, broken: c.broken, start: mono(), logf: c.logf}
 	defer func() { res.harness = append(res.harness, r.harness...) }()
 	for i := range c.lanes {
-		l := &lane{r: r, idx: i, key: fmt.Sprintf("/chaos/%s/l%d", c.id, i), byTok: map[uint64]*termInfo{}, open: map[string]*opRec{}, changed: make(chan struct{})}
+		l := &lane{r: r, idx: i, key: fmt.Sprintf("/chaos/%s/l%d", c.id, i), byTok: map[procTok]*termInfo{}, open: map[string]*opRec{}, changed: make(chan struct{})}
 		r.lanes = append(r.lanes, l)
 		for j := range 3 {
 			s := &slot{l: l, idx: j}

@@ -275,22 +275,16 @@ func (r *run) round() []violation {
 			return vs
 		}
 		bound := r.sc.bound(r, outage) + slack
-		bounds := make([]time.Duration, len(r.lanes))
 		for i, l := range r.lanes {
 			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				f, v := l.observe(at, leaders[i], bound, r.sc.mayKeep)
-				bounds[i] = f.bound
-				add(v...)
-			}()
+			go func() { defer wg.Done(); _, v := l.observe(at, leaders[i], bound, r.sc.mayKeep); add(v...) }()
 		}
 		wg.Wait()
 		if err := undo(); err != nil {
 			r.fail("%s: undo: %v", r.sc.name, err)
 		}
-		for i, l := range r.lanes {
-			l.window(at, bounds[i])
+		for _, l := range r.lanes {
+			l.window(at)
 		}
 		return vs
 	}
@@ -305,12 +299,12 @@ func (r *run) round() []violation {
 				r.fail("lane %d: %s: %v", l.idx, r.sc.name, err)
 				return
 			}
-			f, v := l.observe(at, t, r.sc.bound(r, extra)+slack, r.sc.mayKeep)
+			_, v := l.observe(at, t, r.sc.bound(r, extra)+slack, r.sc.mayKeep)
 			add(v...)
 			if err := undo(); err != nil {
 				r.fail("lane %d: %s: undo: %v", l.idx, r.sc.name, err)
 			}
-			l.window(at, f.bound)
+			l.window(at)
 		}()
 	}
 	wg.Wait()
