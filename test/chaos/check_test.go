@@ -36,19 +36,8 @@ func (l *lane) check(end int64) (vs []violation, excused, lateOK int) {
 	// wokenOverlap of its resumption (its writes meanwhile are invariant
 	// 1's business), or its session was ended on the server (expire) and it
 	// stopped within expiredOverlap.
-	terms := append([]*termInfo(nil), l.terms...)
-	sort.Slice(terms, func(i, j int) bool { return terms[i].start < terms[j].start })
-	endOf := func(t *termInfo) int64 {
-		switch {
-		case t.workEnd != 0:
-			return t.workEnd
-		case t.p.killedAt != 0:
-			return t.p.killedAt
-		case t.p.exitAt != 0:
-			return t.p.exitAt
-		}
-		return end
-	}
+	terms := l.termsByStart()
+	endOf := func(t *termInfo) int64 { return t.end(end) }
 	for i, a := range terms {
 		for _, b := range terms[i+1:] {
 			ae := endOf(a)
@@ -172,6 +161,28 @@ var registerModel = (&porcupine.NondeterministicModel{
 	},
 }).ToModel()
 
+// termsByStart returns the lane's terms, earliest first. l.mu must be
+// held.
+func (l *lane) termsByStart() []*termInfo {
+	terms := append([]*termInfo(nil), l.terms...)
+	sort.Slice(terms, func(i, j int) bool { return terms[i].start < terms[j].start })
+	return terms
+}
+
+// end returns when t's elected work ended: its WORKEND, or its process's
+// kill or exit, or runEnd when none was seen. The lane's mu must be held.
+func (t *termInfo) end(runEnd int64) int64 {
+	switch {
+	case t.workEnd != 0:
+		return t.workEnd
+	case t.p.killedAt != 0:
+		return t.p.killedAt
+	case t.p.exitAt != 0:
+		return t.p.exitAt
+	}
+	return runEnd
+}
+
 // window records that a fault injected at mono time at may leave the lane
 // leaderless from at until its undo ended (now): observe has seen the
 // successor by then (within the fault's bound), or the old term kept.
@@ -195,19 +206,8 @@ func (l *lane) checkGaps(stopping, end int64) []violation {
 	if len(l.terms) == 0 {
 		return nil
 	}
-	terms := append([]*termInfo(nil), l.terms...)
-	sort.Slice(terms, func(i, j int) bool { return terms[i].start < terms[j].start })
-	endOf := func(t *termInfo) int64 {
-		switch {
-		case t.workEnd != 0:
-			return t.workEnd
-		case t.p.killedAt != 0:
-			return t.p.killedAt
-		case t.p.exitAt != 0:
-			return t.p.exitAt
-		}
-		return end
-	}
+	terms := l.termsByStart()
+	endOf := func(t *termInfo) int64 { return t.end(end) }
 	limit := int64(crashBound(l.r, 0) + slack)
 	var vs []violation
 	gap := func(from, to int64) {
