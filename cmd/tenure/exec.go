@@ -430,6 +430,10 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
 	defer signal.Stop(chld)
+	// Before CMD: tenure's children then are not CMD's. Before the last
+	// look at the term too: it reads all of /proc, which takes a while on
+	// a busy host, and nothing may come between that look and the start.
+	tree := newCmdTree()
 	if beforeStart != nil {
 		beforeStart()
 	}
@@ -446,7 +450,6 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		say.printf("tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], why)
 		return exitLostLead
 	}
-	tree := newCmdTree() // before CMD: tenure's children then are not CMD's
 	if err := cmd.Start(); err != nil {
 		release()
 		say.printf("tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))

@@ -119,8 +119,10 @@ func childrenOf(pid int) []int {
 // (CMD's processes cannot join it: the orphans of a child tenure had
 // before CMD started, which its shell forked before it exec'd tenure,
 // `exec tenure exec ... 2> >(logger)`), nor when it is such a child
-// itself, nor the guard. Safe for concurrent use once made (it is read
-// only).
+// itself, nor the guard. Without cgroups, ancestry is lost once a process
+// is adopted: a process that such an earlier child starts after CMD, in a
+// session of its own (setsid), and leaves behind is taken for CMD's, and
+// stopped with it. Safe for concurrent use once made (it is read only).
 type cmdTree struct {
 	cmd    procStat         // CMD itself, as it started; its pid is its group's and its session's
 	guard  procStat         // the guard (zero when none)
