@@ -1,11 +1,6 @@
 package main
 
-import (
-	"os"
-	"strconv"
-	"strings"
-	"syscall"
-)
+import "syscall"
 
 // reapOrphans reaps tenure's children that have exited, except keep (CMD,
 // whose status cmd.Wait collects). tenure is the subreaper of what CMD
@@ -18,24 +13,13 @@ import (
 // provide it, nothing is reaped before CMD exits, when stopGroup reaps
 // CMD's group.
 func reapOrphans(keep int) {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
-		if err != nil {
+	for _, pid := range childrenIn("/proc/self") {
+		if pid == keep {
 			continue
 		}
-		for _, f := range strings.Fields(string(b)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil || pid == keep {
-				continue
-			}
-			// Not CMD: an orphan, or the guard (whose Wait, in the
-			// guard's done func, ignores its error).
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-		}
+		// Not CMD: an orphan, or the guard (whose Wait, in the guard's
+		// done func, ignores its error).
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 	}
 }

@@ -89,8 +89,12 @@ var childFiles = sync.OnceValue(func() bool {
 })
 
 // childrenOf returns pid's children, from the children files of its tasks.
-func childrenOf(pid int) []int {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+func childrenOf(pid int) []int { return childrenIn("/proc/" + strconv.Itoa(pid)) }
+
+// childrenIn returns the children of the process whose /proc directory is
+// proc ("/proc/self" for tenure, right in any pid namespace).
+func childrenIn(proc string) []int {
+	dir := proc + "/task/"
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
