@@ -207,16 +207,7 @@ func TestChecker_CatchesUnfencedRegister(t *testing.T) {
 		}
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			reg, err := newRegister(true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer reg.Close()
-			res := doRun(runConfig{be: be, srv: env.servers[be.name], reg: reg, sc: scenarioNamed("stop"), id: nextRunID(be.name, "unfenced"),
-				lanes: 1, rounds: 2, ttl: ttl, every: writeEvery, logf: t.Logf})
-			for _, h := range res.harness {
-				t.Errorf("harness: %s", h)
-			}
+			res := brokenRun(t, be, true, "stop", 2, "", "unfenced")
 			got := invariants(res.violations)
 			t.Logf("broken variant (fence off), %s: %v", be.name, res.violations)
 			if !got[1] || !got[5] {
@@ -242,16 +233,7 @@ func TestChecker_CatchesDisabledLeaseDeadline(t *testing.T) {
 		}
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			reg, err := newRegister(false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer reg.Close()
-			res := doRun(runConfig{be: be, srv: env.servers[be.name], reg: reg, sc: scenarioNamed("blackhole"), id: nextRunID(be.name, "nodeadline"),
-				lanes: 1, rounds: 1, ttl: ttl, every: writeEvery, broken: brokenNoDeadline, logf: t.Logf})
-			for _, h := range res.harness {
-				t.Errorf("harness: %s", h)
-			}
+			res := brokenRun(t, be, false, "blackhole", 1, brokenNoDeadline, "nodeadline")
 			got := invariants(res.violations)
 			t.Logf("broken variant (lease deadline off), %s: %d faults %v: %v", be.name, len(res.faults), res.faults, res.violations)
 			if !got[2] {
@@ -280,16 +262,7 @@ func TestChecker_CatchesALeaderlessLane(t *testing.T) {
 		}
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			reg, err := newRegister(false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer reg.Close()
-			res := doRun(runConfig{be: be, srv: env.servers[be.name], reg: reg, sc: scenarioNamed("kill"), id: nextRunID(be.name, "stall"),
-				lanes: 1, rounds: 0, ttl: ttl, every: writeEvery, broken: brokenStall, logf: t.Logf})
-			for _, h := range res.harness {
-				t.Errorf("harness: %s", h)
-			}
+			res := brokenRun(t, be, false, "kill", 0, brokenStall, "stall")
 			got := invariants(res.violations)
 			t.Logf("broken variant (a stalled entry), %s: %v", be.name, res.violations)
 			if !got[livenessInvariant] {
@@ -297,6 +270,25 @@ func TestChecker_CatchesALeaderlessLane(t *testing.T) {
 			}
 		})
 	}
+}
+
+// brokenRun runs one lane on be for a checker test: scenario sc for
+// rounds rounds, the register's fence off when unfenced, the candidates
+// in variant broken ("" for none), under a run id tagged tag. Harness
+// failures fail t.
+func brokenRun(t *testing.T, be backend, unfenced bool, sc string, rounds int, broken, tag string) result {
+	t.Helper()
+	reg, err := newRegister(unfenced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	res := doRun(runConfig{be: be, srv: env.servers[be.name], reg: reg, sc: scenarioNamed(sc), id: nextRunID(be.name, tag),
+		lanes: 1, rounds: rounds, ttl: ttl, every: writeEvery, broken: broken, logf: t.Logf})
+	for _, h := range res.harness {
+		t.Errorf("harness: %s", h)
+	}
+	return res
 }
 
 func invariants(vs []violation) map[int]bool {
