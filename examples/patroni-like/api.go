@@ -40,6 +40,16 @@ type Status struct {
 	// LSN is the primary's current WAL position, or the standby's replay
 	// position.
 	LSN string `json:"lsn,omitempty"`
+	// ReceivedLSN is, on a standby, the WAL it would have replayed once
+	// promoted: the greater of what it received and what it replayed
+	// (pg_promote replays everything received first). Empty on a primary.
+	ReceivedLSN string `json:"received_lsn,omitempty"`
+	// Candidate reports whether the member stands for election now.
+	Candidate bool `json:"candidate,omitempty"`
+	// Ineligible says why a running standby does not stand for election
+	// (further behind the primary's last recorded position than
+	// dcs.maximum_lag_on_failover); empty when it may.
+	Ineligible string `json:"ineligible,omitempty"`
 	// Timeline is the primary's current timeline (from its WAL position's
 	// file name), or the timeline a standby receives WAL on (its last
 	// checkpoint's while it receives nothing).
@@ -73,6 +83,7 @@ func (m *Manager) queryStatus(ctx context.Context) Status {
 	if m.elected {
 		st.Term = m.term.Token
 	}
+	st.Candidate, st.Ineligible = m.runCancel != nil, m.ineligible
 	if m.observed && !m.leader.Vacant {
 		st.Leader = m.leader.Term.Identity
 	}
@@ -99,8 +110,10 @@ func (m *Manager) queryStatus(ctx context.Context) Status {
 			THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0 LIMIT 1),
 				(SELECT timeline_id FROM pg_control_checkpoint()))
 			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
-		coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver LIMIT 1), false)`).
-		Scan(&st.InRecovery, &ro, &st.LSN, &st.Timeline, &st.Streaming)
+		coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver LIMIT 1), false),
+		CASE WHEN pg_is_in_recovery()
+			THEN coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text, '') ELSE '' END`).
+		Scan(&st.InRecovery, &ro, &st.LSN, &st.Timeline, &st.Streaming, &st.ReceivedLSN)
 	if err != nil {
 		st.err = err
 		return st

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // TestCampaign_WithdrawnWhileItsPostgreSQLIsDown: a member stands for
@@ -21,11 +20,7 @@ func TestCampaign_WithdrawnWhileItsPostgreSQLIsDown(t *testing.T) {
 	defer cancel()
 	c, _ := testCluster(t, 2)
 	_, standby := twoMembers(ctx, t, c)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := dcsClient(t, c)
 	// entry returns the create revision of the standby's entry in the
 	// leader key's queue, 0 when it has none.
 	entry := func() int64 {

@@ -53,6 +53,13 @@ type DCSConfig struct {
 	// points standbys at the current primary and rejoins demoted nodes
 	// (Patroni's loop_wait). Below TTL/2. Default: 1s.
 	LoopWait time.Duration `yaml:"loop_wait"`
+	// MaximumLagOnFailover is how many bytes of WAL a standby may lack,
+	// behind the position the primary last recorded (OptimeKey, every
+	// loop_wait), and still be promoted when the primary is gone
+	// (Patroni's maximum_lag_on_failover). A standby further behind
+	// yields its term: no primary rather than one that lost more than
+	// this. Default: 1 MiB (1048576), Patroni's default.
+	MaximumLagOnFailover int64 `yaml:"maximum_lag_on_failover"`
 }
 
 // PostgreSQLConfig describes the local PostgreSQL instance.
@@ -93,6 +100,9 @@ const (
 	DefaultTTL = 10 * time.Second
 	// DefaultLoopWait is DCSConfig.LoopWait's default.
 	DefaultLoopWait = time.Second
+	// DefaultMaximumLagOnFailover is DCSConfig.MaximumLagOnFailover's
+	// default, in bytes of WAL.
+	DefaultMaximumLagOnFailover = 1 << 20
 	// DefaultRunAs is PostgreSQLConfig.RunAs's default.
 	DefaultRunAs = "postgres"
 )
@@ -195,6 +205,9 @@ func (c Config) withDefaults() Config {
 	if c.DCS.LoopWait == 0 {
 		c.DCS.LoopWait = DefaultLoopWait
 	}
+	if c.DCS.MaximumLagOnFailover == 0 {
+		c.DCS.MaximumLagOnFailover = DefaultMaximumLagOnFailover
+	}
 	if c.PostgreSQL.RunAs == "" {
 		c.PostgreSQL.RunAs = DefaultRunAs
 	}
@@ -243,6 +256,9 @@ func (c Config) Validate() error {
 		bad("dcs.ttl %v: at least 1s", ttl)
 	case ttl%time.Second != 0:
 		bad("dcs.ttl %v: etcd leases take whole seconds", ttl)
+	}
+	if c.DCS.MaximumLagOnFailover < 0 {
+		bad("dcs.maximum_lag_on_failover %d: bytes of WAL, not negative", c.DCS.MaximumLagOnFailover)
 	}
 	switch lw := c.DCS.LoopWait; {
 	case lw <= 0:
@@ -351,6 +367,12 @@ func (c Config) InitializeKey() string { return "/patroni-like/" + c.Scope + "/i
 // name there has been followed by no other primary, so its data has not
 // diverged from anyone's: it need not wait for one to rewind onto.
 func (c Config) LastPrimaryKey() string { return "/patroni-like/" + c.Scope + "/last-primary" }
+
+// OptimeKey holds the WAL position the primary recorded last, every
+// loop_wait while it is open for writes (Patroni's /optime/leader):
+// /patroni-like/<scope>/optime. A candidate further behind it than
+// dcs.maximum_lag_on_failover is not promoted.
+func (c Config) OptimeKey() string { return "/patroni-like/" + c.Scope + "/optime" }
 
 // Marshal returns c as YAML.
 func (c Config) Marshal() ([]byte, error) { return yaml.Marshal(c) }

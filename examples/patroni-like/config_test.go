@@ -40,7 +40,7 @@ func TestParseConfig_DefaultsAndPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DCS.Backend != "etcd" || cfg.DCS.TTL != 10*time.Second || cfg.PostgreSQL.RunAs != "postgres" {
+	if cfg.DCS.Backend != "etcd" || cfg.DCS.TTL != 10*time.Second || cfg.PostgreSQL.RunAs != "postgres" || cfg.DCS.MaximumLagOnFailover != 1<<20 {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
 	if want := filepath.Join(dir, "node1/data"); cfg.PostgreSQL.DataDir != want {
@@ -80,6 +80,8 @@ func TestParseConfig_RefusesBadInput(t *testing.T) {
 		{"fractional ttl", strings.Replace(goodConfig, "ttl: 10s", "ttl: 1500ms", 1), "whole seconds"},
 		{"ttl not a duration", strings.Replace(goodConfig, "ttl: 10s", "ttl: ten", 1), "ten"},
 		{"loop_wait too long", strings.Replace(goodConfig, "loop_wait: 1s", "loop_wait: 5s", 1), "below ttl/2"},
+		{"negative maximum lag", strings.Replace(goodConfig, "loop_wait: 1s", "loop_wait: 1s\n  maximum_lag_on_failover: -1", 1), "not negative"},
+		{"maximum lag not a number", strings.Replace(goodConfig, "loop_wait: 1s", "loop_wait: 1s\n  maximum_lag_on_failover: 1MB", 1), "1MB"},
 		{"bad endpoint", strings.Replace(goodConfig, "[127.0.0.1:2379]", "[localhost]", 1), "host:port"},
 		{"duplicate member", strings.Replace(goodConfig, "name: node2,", "name: node1,", 1), "appears twice"},
 		{"duplicate address", strings.Replace(goodConfig, "127.0.0.1:5433", "127.0.0.1:5432", 1), "is also"},

@@ -46,7 +46,7 @@ func runDemo(ctx context.Context, out io.Writer) error {
 	}
 	show := func(ev Event) {
 		switch ev.Event {
-		case "bootstrap", "basebackup", "elected", "promoting", "open", "fenced", "demoted", "rewind":
+		case "bootstrap", "basebackup", "elected", "yield", "ineligible", "promoting", "open", "fenced", "demoted", "rewind":
 		default:
 			return
 		}

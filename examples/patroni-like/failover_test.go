@@ -531,6 +531,8 @@ func checkSpans(t *testing.T, h history, killed map[string]time.Time) []tenureSp
 		s := tenureSpan{node: e.Node, term: e.Term, from: e.At}
 		if till, ok := h.find("fenced", e.Node, e.Term); ok {
 			s.till = till
+		} else if till, ok := h.find("yield", e.Node, e.Term); ok {
+			s.till = till // never promoted: writable at no time, in fact
 		} else if till, ok := killed[fmt.Sprint(e.Term)]; ok {
 			s.till = till
 		}

@@ -41,6 +41,8 @@ type Event struct {
 	Drained bool `json:"drained"`
 	// Took: how long a fenced event's fence took, in seconds.
 	Took float64 `json:"took"`
+	// To: the member a yield event deferred to.
+	To string `json:"to"`
 }
 
 // localCluster is a cluster of manager processes on loopback. Its methods

@@ -64,6 +64,7 @@ type Manager struct {
 	checkedData   bool // needRewind was read from the data directory at start
 	promoting     bool // this term issued pg_promote: the data may diverge from the old timeline
 	lastErr       string
+	ineligible    string             // why this standby stands not for election ("": it may)
 	runCancel     context.CancelFunc // cancels the election's Run; nil when not campaigning
 	runDone       chan struct{}
 
@@ -229,7 +230,7 @@ func (m *Manager) step(ctx context.Context) {
 	// Campaign only with a running standby: a member without data, or whose
 	// data has not been rewound onto the current primary's history, must not
 	// be promoted.
-	if err == nil && m.pg.Running() && ctx.Err() == nil {
+	if err == nil && m.pg.Running() && ctx.Err() == nil && m.eligible(ctx) {
 		m.startCampaign(ctx)
 	} else {
 		m.stopCampaign()
@@ -648,7 +649,19 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 	m.elected, m.term, m.role = true, term, RolePromoting
 	m.mu.Unlock()
 	m.event("elected", zap.Uint64("term", term.Token))
+	yielded := false
 	defer func() {
+		if yielded {
+			// Nothing was changed: PostgreSQL is still a standby of the
+			// old timeline, with nothing to fence. The term ends
+			// (Run resigns) and the member queues again, behind the one
+			// that has more WAL.
+			m.mu.Lock()
+			m.elected, m.role = false, RoleReplica
+			m.mu.Unlock()
+			m.wake()
+			return
+		}
 		cause := context.Cause(ctx)
 		m.setRole(RoleFencing)
 		began := time.Now()
@@ -665,6 +678,13 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 		m.wake()
 	}()
 	if err := m.promote(ctx, term); err != nil {
+		var y *yieldError
+		if errors.As(err, &y) {
+			yielded = true
+			m.event("yield", zap.Uint64("term", term.Token), zap.String("to", y.to),
+				zap.String("lsn", y.own), zap.String("their_lsn", y.theirs), zap.String("reason", y.why))
+			return
+		}
 		m.log.Error("promotion failed; resigning", zap.Uint64("term", term.Token), zap.Error(err))
 		return
 	}
@@ -672,6 +692,7 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 	m.role = RolePrimary
 	m.mu.Unlock()
 	m.event("open", zap.Uint64("term", term.Token))
+	m.recordOptime(ctx)
 	t := time.NewTicker(m.cfg.DCS.LoopWait)
 	defer t.Stop()
 	for {
@@ -683,7 +704,33 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 				m.log.Error("PostgreSQL died while primary; resigning", zap.Uint64("term", term.Token))
 				return
 			}
+			m.recordOptime(ctx)
 		}
+	}
+}
+
+// recordOptime writes the primary's WAL position flushed (what a standby
+// can have been sent, and what survives the primary's crash) to OptimeKey,
+// which bounds how far behind a standby may be and still be promoted
+// (checkHealthiest). A failure is logged and tried again next time.
+func (m *Manager) recordOptime(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.DCS.LoopWait)
+	defer cancel()
+	err := func() error {
+		conn, err := m.pg.Connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		var lsn string
+		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&lsn); err != nil {
+			return err
+		}
+		_, err = m.cli.Put(ctx, m.cfg.OptimeKey(), lsn)
+		return err
+	}()
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("record optime", zap.Error(err))
 	}
 }
 
@@ -751,6 +798,9 @@ func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
 		return err
 	}
 	if inRecovery {
+		if err := m.checkHealthiest(ctx); err != nil {
+			return err
+		}
 		// Recorded before the promotion: a member that finds its own name
 		// there on restart knows no other was promoted after it.
 		if _, err := m.cli.Put(ctx, m.cfg.LastPrimaryKey(), m.cfg.Name); err != nil {
@@ -816,6 +866,132 @@ func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
 	}
 	m.log.Info("promoted", zap.Uint64("term", term.Token), zap.Duration("took", time.Since(began)))
 	return nil
+}
+
+// yieldError is promote's refusal to promote this member, before it
+// changed anything: another member standing for election has WAL this one
+// has not received (to names it), or this one is further behind the
+// primary's last recorded position than dcs.maximum_lag_on_failover.
+type yieldError struct {
+	to     string // the member with more WAL; "" when refused for lag
+	own    string // this member's position (ReceivedLSN)
+	theirs string // the other member's position, or the recorded optime
+	why    string
+}
+
+func (e *yieldError) Error() string { return e.why }
+
+// checkHealthiest is a failover's last check before pg_promote (Patroni's
+// is_healthiest_node): it asks every other member for its status, at most
+// one second (or loop_wait, if shorter), and refuses with a *yieldError
+// when a member that runs as a standby and stands for election has
+// received WAL this one has not (a later timeline, or the same timeline
+// further on). Promoted, this member would lose what only that member has
+// (the old primary's last commits), and that member's history would be
+// past the new primary's fork point. A member that does not answer, or
+// does not stand, is not waited for. It refuses too when this member is
+// more than dcs.maximum_lag_on_failover bytes behind the position the
+// primary recorded last (OptimeKey): with every candidate that far
+// behind, the cluster stays without a primary (as Patroni's does) until
+// the old primary returns or an operator raises the limit.
+func (m *Manager) checkHealthiest(ctx context.Context) error {
+	self := m.queryStatus(ctx)
+	if self.err != nil {
+		return self.err
+	}
+	own, ok := parseLSN(self.ReceivedLSN)
+	if !ok {
+		return fmt.Errorf("no WAL position to compare (received_lsn %q)", self.ReceivedLSN)
+	}
+	actx, cancel := context.WithTimeout(ctx, min(time.Second, m.cfg.DCS.LoopWait))
+	defer cancel()
+	others := make([]Status, len(m.cfg.Members))
+	var wg sync.WaitGroup
+	for i, mem := range m.cfg.Members {
+		if mem.Name == m.cfg.Name {
+			continue
+		}
+		wg.Go(func() {
+			if st, err := fetchStatus(actx, mem.API); err == nil {
+				others[i] = st
+			}
+		})
+	}
+	wg.Wait()
+	for _, st := range others {
+		if !st.Candidate || !st.Running || !st.InRecovery || st.Name == "" {
+			continue
+		}
+		theirs, ok := parseLSN(st.ReceivedLSN)
+		if !ok {
+			continue
+		}
+		if st.Timeline > self.Timeline || (st.Timeline == self.Timeline && theirs > own) {
+			return &yieldError{to: st.Name, own: self.ReceivedLSN, theirs: st.ReceivedLSN,
+				why: fmt.Sprintf("%s has more WAL (timeline %d, %s) than this member (timeline %d, %s): it should be promoted instead",
+					st.Name, st.Timeline, st.ReceivedLSN, self.Timeline, self.ReceivedLSN)}
+		}
+	}
+	if optime, why, err := m.tooFarBehind(ctx, self); err != nil {
+		return err
+	} else if why != "" {
+		return &yieldError{own: self.ReceivedLSN, theirs: optime, why: why}
+	}
+	m.log.Info("most WAL of the candidates", zap.String("lsn", self.ReceivedLSN), zap.Int("timeline", self.Timeline))
+	return nil
+}
+
+// tooFarBehind reads the primary's last recorded position (OptimeKey)
+// and, when self, a standby's status, is more than
+// dcs.maximum_lag_on_failover bytes behind it, says so in why. It returns
+// the recorded position too ("" when none was recorded).
+func (m *Manager) tooFarBehind(ctx context.Context, self Status) (optime, why string, err error) {
+	own, ok := parseLSN(self.ReceivedLSN)
+	if !ok {
+		return "", "", fmt.Errorf("no WAL position to compare (received_lsn %q)", self.ReceivedLSN)
+	}
+	r, err := m.cli.Get(ctx, m.cfg.OptimeKey())
+	if err != nil {
+		return "", "", fmt.Errorf("read %s: %w", m.cfg.OptimeKey(), err)
+	}
+	if len(r.Kvs) != 1 {
+		return "", "", nil
+	}
+	optime = string(r.Kvs[0].Value)
+	at, ok := parseLSN(optime)
+	if ok && at > own && at-own > uint64(m.cfg.DCS.MaximumLagOnFailover) {
+		why = fmt.Sprintf("%d bytes of WAL behind the primary's last recorded position %s (at %s), more than dcs.maximum_lag_on_failover (%d)",
+			at-own, optime, self.ReceivedLSN, m.cfg.DCS.MaximumLagOnFailover)
+	}
+	return optime, why, nil
+}
+
+// eligible reports whether this member, a running standby, may stand for
+// election: not more than dcs.maximum_lag_on_failover behind the
+// primary's last recorded position (Patroni keeps such a member out of
+// the leader race too). It logs an "ineligible" event when that changes
+// to no, and an "eligible" one when back.
+func (m *Manager) eligible(ctx context.Context) bool {
+	self := m.queryStatus(ctx)
+	if self.err != nil || !self.InRecovery {
+		return self.err == nil
+	}
+	_, why, err := m.tooFarBehind(ctx, self)
+	if err != nil {
+		m.log.Warn("eligibility", zap.Error(err))
+		return false
+	}
+	m.mu.Lock()
+	was := m.ineligible
+	m.ineligible = why
+	m.mu.Unlock()
+	switch {
+	case why != "" && was == "":
+		m.event("ineligible", zap.String("reason", why))
+	case why == "" && was != "":
+		m.event("eligible")
+	}
+	return why == ""
 }
 
 // demoted is OnDemoted: the elected work has fenced PostgreSQL already.
