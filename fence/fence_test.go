@@ -395,3 +395,83 @@ func TestMiddleware_ASenderStalledMidBodyHoldsNoLock(t *testing.T) {
 		t.Errorf("next ran for %q, want the new leader's request only", ran)
 	}
 }
+
+// TestMiddleware_StaleSenderIsRefusedBeforeItsBody: once term 6 has been
+// accepted, a request under term 5 is refused (409) as soon as its headers
+// are in, without waiting for a body that may be large or may never come
+// (the old leader paused mid-send). Before, the middleware read the whole
+// body first: the answer came only once the sender sent the rest.
+func TestMiddleware_StaleSenderIsRefusedBeforeItsBody(t *testing.T) {
+	g := &fence.Guard{}
+	var served atomic.Int32
+	srv := httptest.NewServer(fence.Middleware(g, "r", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) })))
+	defer srv.Close()
+	if err := g.Check("r", 6); err != nil {
+		t.Fatal(err)
+	}
+	old, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if _, err := fmt.Fprintf(old, "POST / HTTP/1.1\r\nHost: x\r\n%s: 5\r\nContent-Length: 1000000\r\n\r\nab", fence.HeaderTerm); err != nil {
+		t.Fatal(err)
+	}
+	_ = old.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(old), nil)
+	if err != nil {
+		t.Fatalf("a stale sender stalled mid-body got no answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), "stale term 5") {
+		t.Fatalf("stale sender: %d %q, want 409 naming term 5", resp.StatusCode, b)
+	}
+	if served.Load() != 0 || g.Highest("r") != 6 {
+		t.Fatalf("served %d, fence at %d; want 0 and 6", served.Load(), g.Highest("r"))
+	}
+}
+
+// TestMiddleware_WithMaxBodyBoundsTheBody: WithMaxBody sets the largest
+// body Middleware reads (413 above it; 0 takes only empty bodies), and a
+// negative bound is refused at construction.
+func TestMiddleware_WithMaxBodyBoundsTheBody(t *testing.T) {
+	var got []string
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, string(b))
+	})
+	do := func(h http.Handler, body string) int {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		if body == "" {
+			r.Body = http.NoBody
+		}
+		r.Header.Set(fence.HeaderTerm, "3")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	four := fence.Middleware(&fence.Guard{}, "r", ok, fence.WithMaxBody(4))
+	if code := do(four, "1234"); code != http.StatusOK {
+		t.Fatalf("4-byte body under a 4-byte bound: %d", code)
+	}
+	if code := do(four, "12345"); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("5-byte body under a 4-byte bound: %d, want 413", code)
+	}
+	zero := fence.Middleware(&fence.Guard{}, "r", ok, fence.WithMaxBody(0))
+	if code := do(zero, ""); code != http.StatusOK {
+		t.Fatalf("empty body under a 0 bound: %d", code)
+	}
+	if code := do(zero, "x"); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("1-byte body under a 0 bound: %d, want 413", code)
+	}
+	if len(got) != 2 || got[0] != "1234" || got[1] != "" {
+		t.Fatalf("handler saw %q, want the two bodies within bounds", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("WithMaxBody(-1): Middleware did not panic")
+		}
+	}()
+	fence.Middleware(&fence.Guard{}, "r", ok, fence.WithMaxBody(-1))
+}
