@@ -51,8 +51,10 @@ type Status struct {
 	// dcs.maximum_lag_on_failover); empty when it may.
 	Ineligible string `json:"ineligible,omitempty"`
 	// Timeline is the primary's current timeline (from its WAL position's
-	// file name), or the timeline a standby receives WAL on (its last
-	// checkpoint's while it receives nothing).
+	// file name), or a standby's: the newest it knows of, from the WAL it
+	// receives, the timeline history files in its pg_wal (a standby that
+	// followed a promotion, or was rewound onto it, has the new one's)
+	// and its last restartpoint, which can lag a switch by minutes.
 	Timeline int `json:"timeline,omitempty"`
 	// Lag is, in /cluster, how many bytes of WAL a standby has yet to
 	// replay, compared with the primary's position.
@@ -107,7 +109,9 @@ func (m *Manager) queryStatus(ctx context.Context) Status {
 	err = conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'),
 		CASE WHEN pg_is_in_recovery() THEN coalesce(pg_last_wal_replay_lsn()::text, '') ELSE pg_current_wal_lsn()::text END,
 		CASE WHEN pg_is_in_recovery()
-			THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0 LIMIT 1),
+			THEN greatest(
+				(SELECT max(received_tli) FROM pg_stat_wal_receiver),
+				(SELECT max(('x' || substr(name, 1, 8))::bit(32)::int) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{8}\.history$'),
 				(SELECT timeline_id FROM pg_control_checkpoint()))
 			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
 		coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver LIMIT 1), false),

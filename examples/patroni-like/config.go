@@ -58,7 +58,8 @@ type DCSConfig struct {
 	// loop_wait), and still be promoted when the primary is gone
 	// (Patroni's maximum_lag_on_failover). A standby further behind
 	// yields its term: no primary rather than one that lost more than
-	// this. Default: 1 MiB (1048576), Patroni's default.
+	// this. Default (and 0): 1 MiB (1048576), Patroni's default; 1 allows
+	// next to no lag.
 	MaximumLagOnFailover int64 `yaml:"maximum_lag_on_failover"`
 }
 

@@ -73,8 +73,9 @@ type Manager struct {
 
 // NewManager connects (lazily) to the DCS and prepares the manager of cfg.
 // log receives every log line; the lines that carry an "event" field
-// (elected, open, fenced, demoted, replica, bootstrap, rewind) are the
-// history that the demo and the tests read.
+// (elected, yield, promoting, open, fenced, demoted, replica, bootstrap,
+// rewind, restart, ineligible, eligible) are the history that the demo
+// and the tests read.
 func NewManager(cfg Config, log *zap.Logger) (*Manager, error) {
 	pg, err := NewPostgres(cfg)
 	if err != nil {
@@ -692,7 +693,7 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 	m.role = RolePrimary
 	m.mu.Unlock()
 	m.event("open", zap.Uint64("term", term.Token))
-	m.recordOptime(ctx)
+	m.recordOptime(ctx, term)
 	t := time.NewTicker(m.cfg.DCS.LoopWait)
 	defer t.Stop()
 	for {
@@ -704,7 +705,7 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 				m.log.Error("PostgreSQL died while primary; resigning", zap.Uint64("term", term.Token))
 				return
 			}
-			m.recordOptime(ctx)
+			m.recordOptime(ctx, term)
 		}
 	}
 }
@@ -713,7 +714,7 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 // can have been sent, and what survives the primary's crash) to OptimeKey,
 // which bounds how far behind a standby may be and still be promoted
 // (checkHealthiest). A failure is logged and tried again next time.
-func (m *Manager) recordOptime(ctx context.Context) {
+func (m *Manager) recordOptime(ctx context.Context, term tenure.Term) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.DCS.LoopWait)
 	defer cancel()
 	err := func() error {
@@ -726,7 +727,13 @@ func (m *Manager) recordOptime(ctx context.Context) {
 		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&lsn); err != nil {
 			return err
 		}
-		_, err = m.cli.Put(ctx, m.cfg.OptimeKey(), lsn)
+		// Only while this term's entry is the one the key had: a Put
+		// sent late, once a successor leads, must not land over the
+		// successor's position.
+		_, err = m.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(term.Entry), "=", int64(term.Token))).
+			Then(clientv3.OpPut(m.cfg.OptimeKey(), lsn)).
+			Commit()
 		return err
 	}()
 	if err != nil && ctx.Err() == nil {
@@ -798,8 +805,8 @@ func (m *Manager) promote(ctx context.Context, term tenure.Term) error {
 		return err
 	}
 	if inRecovery {
-		if err := m.checkHealthiest(ctx); err != nil {
-			return err
+		if y := m.checkHealthiest(ctx); y != nil {
+			return y
 		}
 		// Recorded before the promotion: a member that finds its own name
 		// there on restart knows no other was promoted after it.
@@ -882,44 +889,58 @@ type yieldError struct {
 func (e *yieldError) Error() string { return e.why }
 
 // checkHealthiest is a failover's last check before pg_promote (Patroni's
-// is_healthiest_node): it asks every other member for its status, at most
-// one second (or loop_wait, if shorter), and refuses with a *yieldError
-// when a member that runs as a standby and stands for election has
-// received WAL this one has not (a later timeline, or the same timeline
-// further on). Promoted, this member would lose what only that member has
-// (the old primary's last commits), and that member's history would be
-// past the new primary's fork point. A member that does not answer, or
-// does not stand, is not waited for. It refuses too when this member is
-// more than dcs.maximum_lag_on_failover bytes behind the position the
-// primary recorded last (OptimeKey): with every candidate that far
-// behind, the cluster stays without a primary (as Patroni's does) until
-// the old primary returns or an operator raises the limit.
-func (m *Manager) checkHealthiest(ctx context.Context) error {
-	self := m.queryStatus(ctx)
+// is_healthiest_node). It refuses with a *yieldError when another member
+// that stands in the election's queue now (an entry under LeaderKey, read
+// from etcd) and runs as a standby has received WAL this one has not (a
+// later timeline, or the same timeline further on), as that member's
+// /status says within one second (or loop_wait, if shorter). Promoted,
+// this member would lose what only that member has (the old primary's
+// last commits), and that member's history would be past the new
+// primary's fork point. A member that does not answer is not waited for.
+// It refuses too when this member is more than
+// dcs.maximum_lag_on_failover bytes behind the position the primary
+// recorded last (OptimeKey): with every candidate that far behind, the
+// cluster stays without a primary (as Patroni's does) until the old
+// primary returns or an operator raises the limit. When the check itself
+// fails (a read that timed out), it refuses too: nothing has been changed
+// yet, and promoting without knowing could lose commits.
+func (m *Manager) checkHealthiest(ctx context.Context) *yieldError {
+	cctx, cancel := context.WithTimeout(ctx, min(time.Second, m.cfg.DCS.LoopWait))
+	defer cancel()
+	failed := func(err error) *yieldError {
+		return &yieldError{why: "cannot tell whether another candidate has more WAL: " + err.Error()}
+	}
+	self := m.queryStatus(cctx)
 	if self.err != nil {
-		return self.err
+		return failed(self.err)
 	}
 	own, ok := parseLSN(self.ReceivedLSN)
 	if !ok {
-		return fmt.Errorf("no WAL position to compare (received_lsn %q)", self.ReceivedLSN)
+		return failed(fmt.Errorf("no WAL position of its own (received_lsn %q)", self.ReceivedLSN))
 	}
-	actx, cancel := context.WithTimeout(ctx, min(time.Second, m.cfg.DCS.LoopWait))
-	defer cancel()
+	queue, err := m.cli.Get(cctx, m.cfg.LeaderKey()+"/", clientv3.WithPrefix())
+	if err != nil {
+		return failed(fmt.Errorf("read the election's queue: %w", err))
+	}
+	queued := map[string]bool{}
+	for _, kv := range queue.Kvs {
+		queued[string(kv.Value)] = true
+	}
 	others := make([]Status, len(m.cfg.Members))
 	var wg sync.WaitGroup
 	for i, mem := range m.cfg.Members {
-		if mem.Name == m.cfg.Name {
+		if mem.Name == m.cfg.Name || !queued[mem.Name] {
 			continue
 		}
 		wg.Go(func() {
-			if st, err := fetchStatus(actx, mem.API); err == nil {
+			if st, err := fetchStatus(cctx, mem.API); err == nil && st.Name == mem.Name {
 				others[i] = st
 			}
 		})
 	}
 	wg.Wait()
 	for _, st := range others {
-		if !st.Candidate || !st.Running || !st.InRecovery || st.Name == "" {
+		if !st.Running || !st.InRecovery || st.Name == "" {
 			continue
 		}
 		theirs, ok := parseLSN(st.ReceivedLSN)
@@ -932,8 +953,8 @@ func (m *Manager) checkHealthiest(ctx context.Context) error {
 					st.Name, st.Timeline, st.ReceivedLSN, self.Timeline, self.ReceivedLSN)}
 		}
 	}
-	if optime, why, err := m.tooFarBehind(ctx, self); err != nil {
-		return err
+	if optime, why, err := m.tooFarBehind(cctx, self); err != nil {
+		return failed(err)
 	} else if why != "" {
 		return &yieldError{own: self.ReceivedLSN, theirs: optime, why: why}
 	}
@@ -972,6 +993,8 @@ func (m *Manager) tooFarBehind(ctx context.Context, self Status) (optime, why st
 // the leader race too). It logs an "ineligible" event when that changes
 // to no, and an "eligible" one when back.
 func (m *Manager) eligible(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.DCS.LoopWait)
+	defer cancel()
 	self := m.queryStatus(ctx)
 	if self.err != nil || !self.InRecovery {
 		return self.err == nil
