@@ -284,3 +284,55 @@ func TestClosedClient_IsErrClosed(t *testing.T) {
 		t.Fatalf("Run on a closed client: %v after %v, want ErrClosed at once", err, time.Since(begun))
 	}
 }
+
+// TestBadInput_DetachedEntryOfADeadLeaderIsSkipped: the leader's entry is
+// detached from its lease (etcdctl put <entry> x) after its waiter has
+// already checked that entry's lease, and the leader dies at once, before
+// it can delete it. The detached key never expires; the waiter must stop
+// counting it and lead. Before, the put event (same create revision) was
+// ignored and the waiter waited for good.
+func TestBadInput_DetachedEntryOfADeadLeaderIsSkipped(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	key := electiontest.Key(t)
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
+	const ttl = 2 * time.Second
+	acli := newClient(t, endpoint)
+	a, err := election.New(etcdelect.New(acli), election.Config{Key: key, Identity: "a", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcli := newClient(t, endpoint)
+	defer bcli.Close()
+	b, err := election.New(etcdelect.New(bcli), election.Config{Key: key, Identity: "b", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elected := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.Campaign(ctx); err == nil {
+			elected <- time.Now()
+		}
+	}()
+	waitPos(t, b, 1)
+	time.Sleep(2 * ttl) // past b's one look at a's lease
+	// a dies as its entry is detached: its client goes, with no delete.
+	acli.Close()
+	defer a.Close(context.Background())
+	detached := time.Now()
+	if _, err := admin.Put(ctx, ta.Entry, "a"); err != nil { // no lease
+		t.Fatal(err)
+	}
+	select {
+	case at := <-elected:
+		t.Logf("b elected %v after a's entry was detached and a died", at.Sub(detached).Round(time.Millisecond))
+	case <-time.After(4 * ttl):
+		t.Fatalf("b not elected %v after a's entry was detached and a died: it waits on a key no lease ends", 4*ttl)
+	}
+}

@@ -326,6 +326,16 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != pred.CreateRevision {
 					return wr.Header.Revision, nil
 				}
+				if !isEntry(t.Key, ev.Kv) && verify == nil {
+					// Detached from its lease (etcdctl put <entry> x): no
+					// lease will end it. Its holder learns of it from the
+					// same event, or, cut off, demotes at its deadline:
+					// within a TTL either way. Look again then (the
+					// holder, if alive, deletes it sooner).
+					vt := time.NewTimer(s.opts.TTL)
+					defer vt.Stop()
+					verify = vt.C
+				}
 			}
 		case wr, ok := <-ow.ch:
 			if !ok || wr.Err() != nil {
