@@ -746,7 +746,10 @@ func (e *Elector) Err() error {
 // the session is given up too, so the entry goes at the latest when the
 // server expires it, and Resign returns the error. The delete also ends
 // when the lease can no longer be trusted (its entry then goes with it).
-// Do not call Resign from inside OnElected: it waits for OnElected.
+// When ctx ends while Run's elected work is still stopping, Resign returns
+// tenure.ErrCanceled joined with ctx.Err(): the term has ended all the
+// same, and Run deletes the entry once the work returns. Do not call
+// Resign from inside OnElected: it waits for OnElected.
 func (e *Elector) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
@@ -780,12 +783,22 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 		// Run waits for the work, with its hard stop. Asked once the hard
 		// stop has begun (from OnHardStop, say, which Run waits for), the
 		// release goes ahead as soon as OnElected has returned.
+		// When ctx ends first, Resign returns: the term has ended (its
+		// cause is set), and Run deletes the entry once the work returns.
 		select {
 		case <-ld.hardStop:
-			<-ld.workDone
+			select {
+			case <-ld.workDone:
+			case <-ctx.Done():
+				return e.ctxErr(ctx, nil)
+			}
 			ld.finish(e)
 		default:
-			<-work
+			select {
+			case <-work:
+			case <-ctx.Done():
+				return e.ctxErr(ctx, nil)
+			}
 		}
 	}
 	e.mu.Lock()

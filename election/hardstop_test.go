@@ -232,3 +232,78 @@ func TestRun_ReleaseAskedBeforeTheHardStopWaitsForIt(t *testing.T) {
 	stopRun()
 	<-runDone
 }
+
+// TestResign_EndsWithItsContextWhileTheWorkStops: Resign whose ctx ends
+// while Run's elected work ignores its cancelled context (and OnHardStop
+// keeps the process alive) returns ErrCanceled with the ctx's error; the
+// term has ended, and the entry is deleted once the work returns. Before,
+// Resign waited for the work whatever its ctx.
+func TestResign_EndsWithItsContextWhileTheWorkStops(t *testing.T) {
+	srv, key, ctx := setup(t)
+	e, _ := newElector(t, srv, key, "a", time.Second) // StopTimeout 100 ms
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	release := make(chan struct{})
+	elected := make(chan struct{})
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- e.Run(runCtx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) {
+				close(elected)
+				<-release // ignores ctx
+			},
+			OnHardStop: func(tenure.Term) {}, // keeps the process
+		})
+	}()
+	<-elected
+	bElected := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.Campaign(ctx); err == nil {
+			bElected <- time.Now()
+		}
+	}()
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	resigned := make(chan error, 1)
+	go func() { resigned <- e.Resign(rctx) }()
+	var err error
+	select {
+	case err = <-resigned:
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("Resign with a 300 ms ctx still blocked 5 s later, waiting for the work")
+	}
+	took := time.Since(began)
+	if !errors.Is(err, tenure.ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Resign with a 300 ms ctx, the work not returning: %v after %v, want ErrCanceled and DeadlineExceeded", err, took)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("Resign returned %v after its 300 ms ctx ended", took)
+	}
+	if e.IsLeader() {
+		t.Fatal("still leader after Resign")
+	}
+	select {
+	case <-bElected:
+		t.Fatal("b elected while a's work still runs")
+	case <-time.After(200 * time.Millisecond):
+	}
+	stopRun()
+	returned := time.Now()
+	close(release)
+	select {
+	case at := <-bElected:
+		if at.Before(returned) {
+			t.Fatalf("b elected %v before a's work returned", returned.Sub(at))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("b not elected 5 s after a's work returned")
+	}
+	select {
+	case <-runDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run still running 5 s after its work returned")
+	}
+}
