@@ -100,10 +100,7 @@ func (s *session) keepAlive() {
 			return
 		case <-t.C:
 		}
-		sent := s.opts.Now()
-		ctx, cancel := context.WithTimeout(s.ctx, every)
-		resp, err := s.cli.KeepAliveOnce(ctx, s.id)
-		cancel()
+		resp, sent, err := s.renew(every)
 		switch {
 		case s.ctx.Err() != nil:
 			return
@@ -118,6 +115,65 @@ func (s *session) keepAlive() {
 		s.Push(election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second})
 		t.Reset(every)
 	}
+}
+
+// renew sends one keep-alive, bounded by every. When it has no answer
+// after every/2, it sends a second one beside it, which the client's
+// balancer sends on another connection: a member that holds the first
+// (partitioned from its peers, it waits for a raft leader, while the
+// client still reaches it) would otherwise take the whole attempt, and
+// the retry a quarter later could come after the deadline (at
+// DeadlineMargin + 2·RenewInterval = TTL, Validate's limit, it does). The
+// first answer counts, with the send time of the request it answers; the
+// other request is cancelled. A failure is returned once no request is
+// left that could still answer; one before that is pushed at once.
+func (s *session) renew(every time.Duration) (*clientv3.LeaseKeepAliveResponse, time.Time, error) {
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel: the other request ends at once
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	type result struct {
+		resp *clientv3.LeaseKeepAliveResponse
+		sent time.Time
+		err  error
+	}
+	results := make(chan result, 2) // never blocks
+	send := func() {
+		sent := s.opts.Now()
+		actx, acancel := context.WithTimeout(ctx, every)
+		defer acancel()
+		resp, err := s.cli.KeepAliveOnce(actx, s.id)
+		results <- result{resp, sent, err}
+	}
+	wg.Go(send)
+	hedge := time.NewTimer(every / 2)
+	defer hedge.Stop()
+	pending, hedged := 1, false
+	var last result
+	for pending > 0 {
+		select {
+		case <-hedge.C:
+			hedged = true
+			pending++
+			wg.Go(send)
+		case r := <-results:
+			pending--
+			if r.err == nil || errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
+				return r.resp, r.sent, r.err
+			}
+			last = r
+			if !hedged { // a quick failure: the caller retries soon
+				return nil, r.sent, r.err
+			}
+			if pending > 0 {
+				// The first request failed (timed out) while the second
+				// may still answer: say so now, as without the second
+				// (the elector suspends the term until an answer).
+				s.Push(election.Renewal{Err: translate("keepalive", r.err)})
+			}
+		}
+	}
+	return nil, last.sent, last.err
 }
 
 // ended returns why the session ended once Close or abandon has begun, and
