@@ -399,3 +399,45 @@ func TestEnqueue_FailedOnANewKeyLeavesNoKey(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestEnqueue_NodeDeletedAsItIsCreatedKeepsTheSession: another client
+// deletes the node between its create and Enqueue's read of it (the tap
+// off, so Enqueue reads every node back). The session is alive: Enqueue
+// fails with ErrOwnershipLost and the session stays usable. Before, the
+// session was ended as expired (ErrSessionExpired, its expiry counted)
+// while its ZooKeeper session lived.
+func TestEnqueue_NodeDeletedAsItIsCreatedKeepsTheSession(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, b, sess := sessionBehindProxy(t, ctx)
+	zkelect.DisableTap(b)
+	admin := rawConn(t, "", "")
+	key := electiontest.Key(t)
+	// Make the key first: the delete below must race only the read back.
+	if r := <-enqueue(ctx, sess, key); r.err != nil {
+		t.Fatal(r.err)
+	} else if err := sess.Dequeue(ctx, r.t); err != nil {
+		t.Fatal(err)
+	}
+	p.Delay(300 * time.Millisecond)
+	done := enqueue(ctx, sess, key)
+	waitUntil(t, "the node created, then deleted by another client", func() bool {
+		c, _, err := admin.Children(key)
+		if err != nil || len(c) != 1 {
+			return false
+		}
+		return admin.Delete(path.Join(key, c[0]), -1) == nil
+	})
+	r := <-done
+	p.Delay(0)
+	if !errors.Is(r.err, tenure.ErrOwnershipLost) || errors.Is(r.err, tenure.ErrSessionExpired) {
+		t.Fatalf("Enqueue whose node another client deleted before it read it: %v, want ErrOwnershipLost", r.err)
+	}
+	if err := sess.Err(); err != nil {
+		t.Fatalf("the session ended (%v) while its ZooKeeper session lives", err)
+	}
+	again := <-enqueue(ctx, sess, key)
+	if again.err != nil {
+		t.Fatalf("Enqueue again on the same session: %v", again.err)
+	}
+}

@@ -279,6 +279,11 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 				czxid, owner = st.Czxid, st.EphemeralOwner
 			}
 		}
+		if !ok && s.alive() {
+			// Deleted by another client between its create and the read:
+			// the session lives on.
+			return election.Ticket{}, fmt.Errorf("%w: zookeeper node %s was deleted as it was created", tenure.ErrOwnershipLost, p)
+		}
 		if !ok || owner != s.id {
 			if ok { // made under the connection's next session (see above)
 				s.deleteLater(p)
@@ -496,7 +501,16 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if g := guidOf(before.name); g != "" && g == guidOf(path.Base(t.Name)) {
 			// An earlier create of this same Enqueue, whose reply was lost
 			// and which findByGUID missed: ours, and ahead of us. Delete it.
-			_, err := call(ctx, s.b, func() (struct{}, error) { return struct{}{}, s.b.conn.Delete(pred, 0) }, nil)
+			_, err := call(ctx, s.b, func() (struct{}, error) {
+				err := s.b.conn.Delete(pred, 0)
+				if errors.Is(err, zk.ErrBadVersion) {
+					// Another client wrote to it: it is still this
+					// campaign's leftover, ahead of its node, and a
+					// version-guarded delete would fail on every pass.
+					err = s.b.conn.Delete(pred, -1)
+				}
+				return struct{}{}, err
+			}, nil)
 			if err != nil && !errors.Is(err, zk.ErrNoNode) && !pause(ctx) {
 				return ctx.Err()
 			}
@@ -522,10 +536,16 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			if w.ownEvent.Type == zk.EventNodeDeleted {
 				return s.lost(t)
 			}
-		case !w.woke: // ctx ended
+		case !w.woke && err == nil: // ctx ended
 			return ctx.Err()
 		case err != nil:
-			s.b.watchEvents.Add(1)
+			// The read after the event failed; or, woke false, the wait
+			// never ran (the connection is closing): the next pass sees
+			// the session's state. Never nil without a read that shows
+			// the node first.
+			if w.woke {
+				s.b.watchEvents.Add(1)
+			}
 			if !pause(ctx) {
 				return ctx.Err()
 			}
