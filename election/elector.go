@@ -748,8 +748,9 @@ func (e *Elector) Err() error {
 // when the lease can no longer be trusted (its entry then goes with it).
 // When ctx ends while Run's elected work is still stopping, Resign returns
 // tenure.ErrCanceled joined with ctx.Err(): the term has ended all the
-// same, and Run deletes the entry once the work returns. Do not call
-// Resign from inside OnElected: it waits for OnElected.
+// same, and Run deletes the entry once the work returns (called from
+// OnHardStop, it waits for the work). Do not call Resign from inside
+// OnElected: it waits for OnElected.
 func (e *Elector) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
@@ -783,15 +784,14 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 		// Run waits for the work, with its hard stop. Asked once the hard
 		// stop has begun (from OnHardStop, say, which Run waits for), the
 		// release goes ahead as soon as OnElected has returned.
-		// When ctx ends first, Resign returns: the term has ended (its
-		// cause is set), and Run deletes the entry once the work returns.
+		// When ctx ends first, the release returns: the term has ended
+		// (its cause is set), and Run deletes the entry once the work
+		// returns. Not from inside the hard stop (OnHardStop calling
+		// Resign or Close): Run waits for OnHardStop, and the work's end
+		// must be seen here for the lease to be let go (finish).
 		select {
 		case <-ld.hardStop:
-			select {
-			case <-ld.workDone:
-			case <-ctx.Done():
-				return e.ctxErr(ctx, nil)
-			}
+			<-ld.workDone
 			ld.finish(e)
 		default:
 			select {
