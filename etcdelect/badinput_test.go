@@ -332,7 +332,61 @@ func TestBadInput_DetachedEntryOfADeadLeaderIsSkipped(t *testing.T) {
 	select {
 	case at := <-elected:
 		t.Logf("b elected %v after a's entry was detached and a died", at.Sub(detached).Round(time.Millisecond))
+		if at.Sub(detached) < ttl*9/10 {
+			t.Fatalf("b elected %v after the detach: a holder cut off from etcd could still lead for up to a TTL", at.Sub(detached))
+		}
 	case <-time.After(4 * ttl):
 		t.Fatalf("b not elected %v after a's entry was detached and a died: it waits on a key no lease ends", 4*ttl)
+	}
+}
+
+// TestBadInput_DetachJustBeforeTheWaitersLeaseCheckWaitsATTL: the
+// waiter's one look at its predecessor's lease is due a TTL into its
+// wait; a detach just before that must still give the holder a full TTL
+// from the detach (a holder cut off from etcd learns of it only at its
+// deadline). Before, the look already due found the key detached and the
+// waiter led 0.3 s after the detach.
+func TestBadInput_DetachJustBeforeTheWaitersLeaseCheckWaitsATTL(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := electiontest.Key(t)
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
+	const ttl = 2 * time.Second
+	elector := func(id string) *election.Elector {
+		cli := newClient(t, endpoint)
+		t.Cleanup(func() { cli.Close() })
+		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	a, b := elector("a"), elector("b")
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elected := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.Campaign(ctx); err == nil {
+			elected <- time.Now()
+		}
+	}()
+	waitPos(t, b, 1)
+	time.Sleep(ttl - 300*time.Millisecond)
+	detached := time.Now()
+	if _, err := admin.Put(ctx, ta.Entry, "a"); err != nil { // no lease
+		t.Fatal(err)
+	}
+	select {
+	case at := <-elected:
+		t.Logf("b elected %v after the detach", at.Sub(detached).Round(time.Millisecond))
+		if at.Sub(detached) < ttl*9/10 {
+			t.Fatalf("b elected %v after a's entry was detached: a holder cut off from etcd could still lead for up to a TTL (%v)", at.Sub(detached).Round(time.Millisecond), ttl)
+		}
+	case <-time.After(4 * ttl):
+		t.Fatalf("b not elected %v after a's entry was detached", 4*ttl)
 	}
 }

@@ -308,10 +308,22 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 		}
 	}
 	var verify <-chan time.Time
-	if !verified {
-		vt := time.NewTimer(s.opts.TTL)
-		defer vt.Stop()
+	var vt *time.Timer
+	look := func() { // (again) a TTL from now
+		if vt == nil {
+			vt = time.NewTimer(s.opts.TTL)
+		} else {
+			vt.Reset(s.opts.TTL)
+		}
 		verify = vt.C
+	}
+	defer func() {
+		if vt != nil {
+			vt.Stop()
+		}
+	}()
+	if !verified {
+		look()
 	}
 	for {
 		select {
@@ -326,15 +338,13 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != pred.CreateRevision {
 					return wr.Header.Revision, nil
 				}
-				if !isEntry(t.Key, ev.Kv) && verify == nil {
+				if !isEntry(t.Key, ev.Kv) {
 					// Detached from its lease (etcdctl put <entry> x): no
 					// lease will end it. Its holder learns of it from the
 					// same event, or, cut off, demotes at its deadline:
-					// within a TTL either way. Look again then (the
-					// holder, if alive, deletes it sooner).
-					vt := time.NewTimer(s.opts.TTL)
-					defer vt.Stop()
-					verify = vt.C
+					// within a TTL either way. Look again a full TTL from
+					// this event, whatever look was due sooner.
+					look()
 				}
 			}
 		case wr, ok := <-ow.ch:

@@ -100,7 +100,7 @@ func (s *session) keepAlive() {
 			return
 		case <-t.C:
 		}
-		resp, sent, err := s.renew(every)
+		resp, sent, told, err := s.renew(every)
 		switch {
 		case s.ctx.Err() != nil:
 			return
@@ -108,7 +108,9 @@ func (s *session) keepAlive() {
 			s.expired(err)
 			return
 		case err != nil:
-			s.Push(election.Renewal{Err: translate("keepalive", err)})
+			if !told {
+				s.Push(election.Renewal{Err: translate("keepalive", err)})
+			}
 			t.Reset(every / 4)
 			continue
 		}
@@ -126,8 +128,9 @@ func (s *session) keepAlive() {
 // DeadlineMargin + 2·RenewInterval = TTL, Validate's limit, it does). The
 // first answer counts, with the send time of the request it answers; the
 // other request is cancelled. A failure is returned once no request is
-// left that could still answer; one before that is pushed at once.
-func (s *session) renew(every time.Duration) (*clientv3.LeaseKeepAliveResponse, time.Time, error) {
+// left that could still answer; the first one's, when the second may still
+// answer, is pushed at once (told: the round's failure is reported).
+func (s *session) renew(every time.Duration) (resp *clientv3.LeaseKeepAliveResponse, sent time.Time, told bool, err error) {
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel: the other request ends at once
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -159,21 +162,22 @@ func (s *session) renew(every time.Duration) (*clientv3.LeaseKeepAliveResponse, 
 		case r := <-results:
 			pending--
 			if r.err == nil || errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
-				return r.resp, r.sent, r.err
+				return r.resp, r.sent, told, r.err
 			}
 			last = r
 			if !hedged { // a quick failure: the caller retries soon
-				return nil, r.sent, r.err
+				return nil, r.sent, told, r.err
 			}
-			if pending > 0 {
+			if pending > 0 && !told && s.ctx.Err() == nil {
 				// The first request failed (timed out) while the second
 				// may still answer: say so now, as without the second
 				// (the elector suspends the term until an answer).
 				s.Push(election.Renewal{Err: translate("keepalive", r.err)})
+				told = true
 			}
 		}
 	}
-	return nil, last.sent, last.err
+	return nil, last.sent, told, last.err
 }
 
 // ended returns why the session ended once Close or abandon has begun, and
