@@ -85,6 +85,10 @@ func Middleware(g *Guard, resource string, next http.Handler, opts ...Middleware
 			// Stale already: not worth its body, which may be large and
 			// slow to come.
 			g.Metrics.Rejected(resource, "http")
+			// Close the connection rather than read the rest of the body
+			// first, which net/http would (up to 256 KiB) before it
+			// sent this answer.
+			w.Header().Set("Connection", "close")
 			http.Error(w, (&StaleError{Resource: resource, Token: token, Highest: h}).Error(), http.StatusConflict)
 			return
 		}
