@@ -926,6 +926,11 @@ func (m *Manager) checkHealthiest(ctx context.Context) *yieldError {
 	for _, kv := range queue.Kvs {
 		queued[string(kv.Value)] = true
 	}
+	// The members' answers get their own second (or loop_wait), not what
+	// the reads above left of theirs: one that does not answer in time
+	// is not waited for, which is the direction that may lose commits.
+	fctx, fcancel := context.WithTimeout(ctx, min(time.Second, m.cfg.DCS.LoopWait))
+	defer fcancel()
 	others := make([]Status, len(m.cfg.Members))
 	var wg sync.WaitGroup
 	for i, mem := range m.cfg.Members {
@@ -933,7 +938,7 @@ func (m *Manager) checkHealthiest(ctx context.Context) *yieldError {
 			continue
 		}
 		wg.Go(func() {
-			if st, err := fetchStatus(cctx, mem.API); err == nil && st.Name == mem.Name {
+			if st, err := fetchStatus(fctx, mem.API); err == nil && st.Name == mem.Name {
 				others[i] = st
 			}
 		})
@@ -953,7 +958,9 @@ func (m *Manager) checkHealthiest(ctx context.Context) *yieldError {
 					st.Name, st.Timeline, st.ReceivedLSN, self.Timeline, self.ReceivedLSN)}
 		}
 	}
-	if optime, why, err := m.tooFarBehind(cctx, self); err != nil {
+	octx, ocancel := context.WithTimeout(ctx, min(time.Second, m.cfg.DCS.LoopWait))
+	defer ocancel()
+	if optime, why, err := m.tooFarBehind(octx, self); err != nil {
 		return failed(err)
 	} else if why != "" {
 		return &yieldError{own: self.ReceivedLSN, theirs: optime, why: why}
