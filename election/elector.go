@@ -92,9 +92,10 @@ type leadership struct {
 	// Run's term only: workDone closes when OnElected returns; hardStop
 	// when OnHardStop begins; finish (once) closes work and drops the
 	// lease hold.
-	workDone   chan struct{}
-	hardStop   chan struct{}
-	finishOnce sync.Once
+	workDone     chan struct{}
+	hardStop     chan struct{}
+	hardStopDone chan struct{} // closed when OnHardStop has returned
+	finishOnce   sync.Once
 
 	released bool      // the entry was deleted (guarded by Elector.mu)
 	ended    time.Time // when the term's context ended (guarded by Elector.mu)
@@ -554,6 +555,7 @@ func (ld *leadership) manage() {
 	ld.work = make(chan struct{})
 	ld.workDone = make(chan struct{})
 	ld.hardStop = make(chan struct{})
+	ld.hardStopDone = make(chan struct{})
 	ld.lease.hold()
 }
 
@@ -748,9 +750,8 @@ func (e *Elector) Err() error {
 // when the lease can no longer be trusted (its entry then goes with it).
 // When ctx ends while Run's elected work is still stopping, Resign returns
 // tenure.ErrCanceled joined with ctx.Err(): the term has ended all the
-// same, and Run deletes the entry once the work returns (called from
-// OnHardStop, it waits for the work). Do not call Resign from inside
-// OnElected: it waits for OnElected.
+// same, and Run deletes the entry once the work returns. Do not call
+// Resign from inside OnElected: it waits for OnElected.
 func (e *Elector) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
@@ -786,13 +787,31 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 		// release goes ahead as soon as OnElected has returned.
 		// When ctx ends first, the release returns: the term has ended
 		// (its cause is set), and Run deletes the entry once the work
-		// returns. Not from inside the hard stop (OnHardStop calling
-		// Resign or Close): Run waits for OnHardStop, and the work's end
-		// must be seen here for the lease to be let go (finish).
+		// returns. Asked once the hard stop has begun (from OnHardStop,
+		// which Run waits for), the work's end must be acted on here: the
+		// lease is let go (finish) when it comes, by a goroutine if ctx
+		// ends before.
+		afterWork := func() error {
+			select {
+			case <-ld.workDone:
+				ld.finish(e)
+				return nil
+			case <-ctx.Done():
+				go func() {
+					<-ld.workDone
+					ld.finish(e)
+				}()
+				return e.ctxErr(ctx, nil)
+			}
+		}
+		// Asked before the hard stop began, the release waits for
+		// OnHardStop too (Run closes work after it): OnHardStop may still
+		// be stopping what the work left.
 		select {
 		case <-ld.hardStop:
-			<-ld.workDone
-			ld.finish(e)
+			if err := afterWork(); err != nil {
+				return err
+			}
 		default:
 			select {
 			case <-work:
@@ -844,15 +863,35 @@ func (e *Elector) Leader(ctx context.Context) (tenure.Leader, error) {
 // to exit. The elector cannot be used afterwards. Close is idempotent; it
 // returns the delete's error, if any, and the session ends regardless. A
 // later or concurrent Close waits until the first has finished (or its own
-// ctx ends: tenure.ErrCanceled joined with ctx.Err()) and returns nil. Do
-// not call Close from inside OnElected: it waits for OnElected.
+// ctx ends: tenure.ErrCanceled joined with ctx.Err()) and returns nil;
+// while OnHardStop runs it returns nil at once (called from OnHardStop, it
+// would wait for itself: the first Close waits for OnHardStop). Do not
+// call Close from inside OnElected: it waits for OnElected.
 func (e *Elector) Close(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
 	}
 	e.mu.Lock()
 	if e.closed {
+		hard := false // OnHardStop is running
+		if ld := e.lead; ld != nil && ld.hardStop != nil {
+			select {
+			case <-ld.hardStop:
+				select {
+				case <-ld.hardStopDone:
+				default:
+					hard = true
+				}
+			default:
+			}
+		}
 		e.mu.Unlock()
+		if hard {
+			// Likely from OnHardStop, which the Close in progress waits
+			// for (through Run): waiting for it would wait forever. It
+			// ends the term and the session once OnHardStop returns.
+			return nil
+		}
 		select {
 		case <-e.closeDone:
 			return nil

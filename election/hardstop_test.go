@@ -307,3 +307,40 @@ func TestResign_EndsWithItsContextWhileTheWorkStops(t *testing.T) {
 		t.Fatal("Run still running 5 s after its work returned")
 	}
 }
+
+// TestClose_FromOnHardStopBehindAnotherClose: a Close from outside waits
+// for the elected work, which ignores its context; the hard stop begins
+// and OnHardStop calls Close too. Both return once the work has. Before,
+// the first Close waited for the term's end that only Run marks, and Run
+// waited for OnHardStop, which waited for the first Close: all three
+// forever.
+func TestClose_FromOnHardStopBehindAnotherClose(t *testing.T) {
+	srv, key, ctx := setup(t)
+	e, _ := newElector(t, srv, key, "a", time.Second) // StopTimeout 100 ms
+	release := make(chan struct{})
+	elected := make(chan struct{})
+	inner := make(chan error, 1)
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- e.Run(ctx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) {
+				close(elected)
+				<-release // ignores ctx
+			},
+			OnHardStop: func(tenure.Term) {
+				go func() { time.Sleep(50 * time.Millisecond); close(release) }()
+				inner <- e.Close(context.Background())
+			},
+		})
+	}()
+	<-elected
+	outer := make(chan error, 1)
+	go func() { outer <- e.Close(context.Background()) }()
+	for name, ch := range map[string]chan error{"the outside Close": outer, "Close from OnHardStop": inner, "Run": runDone} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s still blocked 5 s after the work returned", name)
+		}
+	}
+}

@@ -214,6 +214,7 @@ func (e *Elector) awaitWork(ld *leadership, cb tenure.Callbacks) {
 	}
 	close(ld.hardStop) // a release asked from now on goes ahead once the work returns
 	e.safely("OnHardStop", func() { hard(term) })
+	close(ld.hardStopDone)
 	<-workDone
 }
 
