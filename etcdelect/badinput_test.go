@@ -390,3 +390,47 @@ func TestBadInput_DetachJustBeforeTheWaitersLeaseCheckWaitsATTL(t *testing.T) {
 		t.Fatalf("b not elected %v after a's entry was detached", 4*ttl)
 	}
 }
+
+// TestBadInput_DetachSeenByAFullReadWaitsATTL: a waiter that arrives after
+// the leader's entry was detached, when the newest key older than its own
+// is not an entry (a nested election's), reads the queue with leases. The
+// detached entry must still give its holder a TTL (cut off from etcd, it
+// may lead until its deadline). Before, that read dropped it at once and
+// the waiter led at once.
+func TestBadInput_DetachSeenByAFullReadWaitsATTL(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := electiontest.Key(t)
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
+	const ttl = 2 * time.Second
+	elector := func(id string) *election.Elector {
+		cli := newClient(t, endpoint)
+		t.Cleanup(func() { cli.Close() })
+		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	a, b := elector("a"), elector("b")
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Put(ctx, key+"/nested/x", "another election's"); err != nil {
+		t.Fatal(err)
+	}
+	detached := time.Now()
+	if _, err := admin.Put(ctx, ta.Entry, "a"); err != nil { // no lease
+		t.Fatal(err)
+	}
+	if _, err := b.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(detached); took < ttl*9/10 {
+		t.Fatalf("b elected %v after a's entry was detached: a holder cut off from etcd could still lead for up to a TTL (%v)", took.Round(time.Millisecond), ttl)
+	}
+	t.Logf("b elected %v after the detach", time.Since(detached).Round(time.Millisecond))
+}

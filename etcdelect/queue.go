@@ -154,14 +154,26 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool, minRev 
 		}
 		kvs = r.Kvs
 	}
+	var detached *mvccpb.KeyValue // named as an entry, not on its lease
 	for _, kv := range kvs {
 		if !isEntry(t.Key, kv) {
+			if _, ok := parseEntry(t.Key, kv.Key); ok && !s.skipped(kv) && (detached == nil || kv.CreateRevision > detached.CreateRevision) {
+				detached = kv
+			}
 			continue
 		}
 		ahead++
 		if pred == nil || kv.CreateRevision > pred.CreateRevision {
 			pred = kv
 		}
+	}
+	if detached != nil && (pred == nil || detached.CreateRevision > pred.CreateRevision) {
+		// Detached from its lease (etcdctl put <entry> x), or another
+		// client's key named like an entry: wait on it as unverified,
+		// so that waitDelete looks at it a TTL from now before it is
+		// skipped. A holder cut off from etcd may lead until its
+		// deadline after its entry was detached.
+		return own, detached, false, ahead, rev, nil
 	}
 	return own, pred, true, ahead, rev, nil
 }
@@ -297,8 +309,9 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	// name, or a predecessor that resigned and re-queued (behind us) before
 	// the watch existed is mistaken for the one we wait for, and we wait
 	// forever.
+	detachedMeanwhile := false
 	if createdRev > readRev {
-		g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithKeysOnly())
+		g, err := s.cli.Get(ctx, string(pred.Key))
 		if err != nil {
 			pause(ctx)
 			return 0, err
@@ -306,6 +319,9 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
 			return 0, nil
 		}
+		// Detached between the read and the watch: no event will say
+		// so (see the detach case below).
+		detachedMeanwhile = verified && !isEntry(t.Key, g.Kvs[0])
 	}
 	var verify <-chan time.Time
 	var vt *time.Timer
@@ -322,7 +338,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			vt.Stop()
 		}
 	}()
-	if !verified {
+	if !verified || detachedMeanwhile {
 		look()
 	}
 	for {
