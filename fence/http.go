@@ -88,7 +88,9 @@ func Middleware(g *Guard, resource string, next http.Handler, opts ...Middleware
 			// Close the connection rather than read the rest of the body
 			// first, which net/http would (up to 256 KiB) before it
 			// sent this answer.
-			w.Header().Set("Connection", "close")
+			if r.ProtoMajor == 1 { // HTTP/2 streams end on their own
+				w.Header().Set("Connection", "close")
+			}
 			http.Error(w, (&StaleError{Resource: resource, Token: token, Highest: h}).Error(), http.StatusConflict)
 			return
 		}
