@@ -860,7 +860,9 @@ func (e *Elector) Leader(ctx context.Context) (tenure.Leader, error) {
 // Run's elected work to return, deletes the term's entry (on ctx), ends the
 // session on a context bounded by Config.CleanupTimeout (releasing its
 // entries), stops Observe goroutines and waits for everything it started
-// to exit. The elector cannot be used afterwards. Close is idempotent; it
+// to exit. When ctx ends while it waits for Run's work, it returns
+// tenure.ErrCanceled joined with ctx.Err(), and the rest happens in the
+// background once the work returns. The elector cannot be used afterwards. Close is idempotent; it
 // returns the delete's error, if any, and the session ends regardless. A
 // later or concurrent Close waits until the first has finished (or its own
 // ctx ends: tenure.ErrCanceled joined with ctx.Err()) and returns nil;
@@ -902,16 +904,27 @@ func (e *Elector) Close(ctx context.Context) error {
 	e.closed = true
 	e.cancelAll()
 	e.mu.Unlock()
-	defer close(e.closeDone)
 	err := e.release(ctx, tenure.ErrClosed)
-	e.mu.Lock()
-	if e.lease != nil {
-		e.stopLeaseLocked(e.lease, tenure.ErrClosed)
+	rest := func() {
+		defer close(e.closeDone)
+		e.mu.Lock()
+		if e.lease != nil {
+			e.stopLeaseLocked(e.lease, tenure.ErrClosed)
+		}
+		e.mu.Unlock()
+		e.wg.Wait()
+		if e.rec.m != nil {
+			e.rec.m.remove(e)
+		}
 	}
-	e.mu.Unlock()
-	e.wg.Wait()
-	if e.rec.m != nil {
-		e.rec.m.remove(e)
+	if ctx.Err() != nil && errors.Is(err, tenure.ErrCanceled) {
+		// The release gave up waiting for Run's elected work: the
+		// session ends once the work returns (its entry with it), in
+		// the background, so that a caller (OnHardStop, say) that
+		// stops the work after Close is not held up by it.
+		go rest()
+		return err
 	}
+	rest()
 	return err
 }

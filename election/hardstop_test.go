@@ -344,3 +344,56 @@ func TestClose_FromOnHardStopBehindAnotherClose(t *testing.T) {
 		}
 	}
 }
+
+// TestClose_FromOnHardStopEndsWithItsContext: OnHardStop calls Close with
+// a short ctx and stops the work only once Close has returned (it kills
+// what the work runs, say). Close returns ErrCanceled at its deadline; the
+// session ends once the work has returned, and another candidate leads.
+// Before, Close waited for the work, which waited for OnHardStop, which
+// waited for Close.
+func TestClose_FromOnHardStopEndsWithItsContext(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", time.Second) // StopTimeout 100 ms
+	b, _ := newElector(t, srv, key, "b", time.Second)
+	release := make(chan struct{})
+	elected := make(chan struct{})
+	closed := make(chan error, 1)
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(ctx, tenure.Callbacks{
+			OnElected: func(ctx context.Context, _ tenure.Term) {
+				close(elected)
+				<-ctx.Done()
+				<-release
+			},
+			OnHardStop: func(tenure.Term) {
+				cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				err := a.Close(cctx)
+				closed <- err
+				close(release) // stops the work only now
+			},
+		})
+	}()
+	<-elected
+	bElected := make(chan error, 1)
+	go func() { _, err := b.Campaign(ctx); bElected <- err }()
+	electiontest.WaitFor(t, 5*time.Second, "b queued", func() bool { return srv.Entries(key) == 2 })
+	go func() { _ = a.Resign(ctx) }() // ends the term; the work ignores it
+	select {
+	case err := <-closed:
+		if !errors.Is(err, tenure.ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close from OnHardStop with a 300 ms ctx: %v, want ErrCanceled and DeadlineExceeded", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("Close from OnHardStop still blocked 5 s later, waiting for the work it was to stop")
+	}
+	for name, ch := range map[string]chan error{"Run": runDone, "b's campaign": bElected} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s still blocked 5 s after the work returned", name)
+		}
+	}
+}
