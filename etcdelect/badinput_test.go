@@ -127,9 +127,15 @@ func TestBadInput_EtcdGarbageUnderThePrefixIsNotAContender(t *testing.T) {
 	}
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	began := time.Now()
 	term, err := e.TryCampaign(tctx)
 	if err != nil {
 		t.Fatalf("TryCampaign behind garbage = %v, want elected", err)
+	}
+	// One look at the keys off their leases, a TTL in, skips them all:
+	// 8166ff8 looked at them one at a time, a TTL each (2 here).
+	if took := time.Since(began); took > 3*time.Second {
+		t.Fatalf("TryCampaign behind two entry-named keys off their leases took %v, want one TTL (2s)", took.Round(time.Millisecond))
 	}
 	if l, err := e.Leader(ctx); err != nil || l.Term.Token != term.Token || l.Term.Identity != "tenure" {
 		t.Fatalf("Leader = %+v, %v; want tenure at %d", l, err, term.Token)

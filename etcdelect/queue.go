@@ -97,7 +97,10 @@ func (s *session) abandon(cause error) {
 // returned unverified (verified false); waitDelete checks its lease if it
 // outlives a TTL (an entry someone put by hand, without a lease, would
 // block the queue forever). When the newest older key's name is not an
-// entry's, the older keys are listed with their leases and filtered.
+// entry's, the older keys are listed with their leases: the newest entry
+// on its lease, or, when newer, the newest entry-named key off its lease
+// not skipped yet (returned unverified: a detached entry's holder may lead
+// until its deadline).
 //
 // With minRev > 0, the read may be served from the connected member's own
 // store without a round of agreement (serializable), if that store has
@@ -291,8 +294,9 @@ var (
 // event showed it),
 // errOwnGone when t's entry was deleted, errOwnWatch when the own-entry
 // watch failed. An unverified pred (read keys-only) that is still there a
-// TTL later has its lease checked once; one without its lease is no entry,
-// and the caller re-reads the queue with leases.
+// TTL later has its lease checked once, and so has one detached from its
+// lease meanwhile (a TTL after the detach): one without its lease is no
+// entry, and the caller re-reads the queue with leases.
 func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, verified bool, readRev int64, ow *ownWatch) (int64, error) {
 	pctx, cancel := context.WithCancel(wctx)
 	defer cancel()
@@ -384,8 +388,25 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			}
 			if !isEntry(t.Key, g.Kvs[0]) {
 				s.skip(g.Kvs[0])
+				s.skipStale(ctx, t, readRev)
 				return 0, nil
 			}
+		}
+	}
+}
+
+// skipStale skips every key older than t named like an entry and off its
+// lease that has not changed since readRev, a TTL or more ago: a holder of
+// any of them has passed its deadline. Without it, a waiter behind several
+// such keys (left by hand, or detached) would wait a TTL for each in turn.
+func (s *session) skipStale(ctx context.Context, t election.Ticket, readRev int64) {
+	r, err := s.cli.Get(ctx, prefix(t.Key), clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token)-1))
+	if err != nil {
+		return // the next read finds them one at a time
+	}
+	for _, kv := range r.Kvs {
+		if _, ok := parseEntry(t.Key, kv.Key); ok && !isEntry(t.Key, kv) && kv.ModRevision <= readRev {
+			s.skip(kv)
 		}
 	}
 }
