@@ -756,8 +756,30 @@ func (e *Elector) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
 	}
-	return e.release(ctx, tenure.ErrResigned)
+	return stripWorkRunning(e.release(ctx, tenure.ErrResigned))
 }
+
+// stripWorkRunning drops errWorkRunning from err.
+func stripWorkRunning(err error) error {
+	if !errors.Is(err, errWorkRunning) {
+		return err
+	}
+	var kept []error
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		if e != errWorkRunning {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == 1 {
+		return kept[0]
+	}
+	return errors.Join(kept...)
+}
+
+// errWorkRunning marks a release that gave up waiting for Run's elected
+// work (its ctx ended): the rest happens once the work returns. It is
+// never returned to callers.
+var errWorkRunning = errors.New("the elected work is still running")
 
 // release ends the current term with cause, waits for its work, and
 // deletes its entry.
@@ -801,7 +823,7 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 					<-ld.workDone
 					ld.finish(e)
 				}()
-				return e.ctxErr(ctx, nil)
+				return errors.Join(e.ctxErr(ctx, nil), errWorkRunning)
 			}
 		}
 		// Asked before the hard stop began, the release waits for
@@ -816,7 +838,7 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 			select {
 			case <-work:
 			case <-ctx.Done():
-				return e.ctxErr(ctx, nil)
+				return errors.Join(e.ctxErr(ctx, nil), errWorkRunning)
 			}
 		}
 	}
@@ -862,7 +884,8 @@ func (e *Elector) Leader(ctx context.Context) (tenure.Leader, error) {
 // entries), stops Observe goroutines and waits for everything it started
 // to exit. When ctx ends while it waits for Run's work, it returns
 // tenure.ErrCanceled joined with ctx.Err(), and the rest happens in the
-// background once the work returns. The elector cannot be used afterwards. Close is idempotent; it
+// background once the work returns (never, if it never does; a later
+// Close waits for it). The elector cannot be used afterwards. Close is idempotent; it
 // returns the delete's error, if any, and the session ends regardless. A
 // later or concurrent Close waits until the first has finished (or its own
 // ctx ends: tenure.ErrCanceled joined with ctx.Err()) and returns nil;
@@ -917,13 +940,17 @@ func (e *Elector) Close(ctx context.Context) error {
 			e.rec.m.remove(e)
 		}
 	}
-	if ctx.Err() != nil && errors.Is(err, tenure.ErrCanceled) {
+	if errors.Is(err, errWorkRunning) {
 		// The release gave up waiting for Run's elected work: the
 		// session ends once the work returns (its entry with it), in
 		// the background, so that a caller (OnHardStop, say) that
-		// stops the work after Close is not held up by it.
+		// stops the work after Close is not held up by it. The metrics
+		// go now, so that a new Elector may report the key.
+		if e.rec.m != nil {
+			e.rec.m.remove(e)
+		}
 		go rest()
-		return err
+		return stripWorkRunning(err)
 	}
 	rest()
 	return err

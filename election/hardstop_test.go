@@ -397,3 +397,22 @@ func TestClose_FromOnHardStopEndsWithItsContext(t *testing.T) {
 		}
 	}
 }
+
+// TestClose_CancelledWithoutRunEndsTheSessionFirst: Close with a ctx that
+// has ended, on a term won by Campaign (no work to wait for), still ends
+// the session (on its own bounded ctx) before it returns, so that no
+// entry outlives it. d045bd9 went to the background whenever the
+// release's delete failed on ctx, and the entry stayed.
+func TestClose_CancelledWithoutRunEndsTheSessionFirst(t *testing.T) {
+	srv, key, ctx := setup(t)
+	a, _ := newElector(t, srv, key, "a", time.Second)
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_ = a.Close(done)
+	if n := srv.Entries(key); n != 0 {
+		t.Fatalf("%d entries left when Close (its ctx ended) returned", n)
+	}
+}
