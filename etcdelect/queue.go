@@ -298,6 +298,7 @@ var (
 // lease meanwhile (a TTL after the detach): one without its lease is no
 // entry, and the caller re-reads the queue with leases.
 func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, verified bool, readRev int64, ow *ownWatch) (int64, error) {
+	armedRev := readRev // a look is due a TTL after pred stood as at this revision
 	pctx, cancel := context.WithCancel(wctx)
 	defer cancel()
 	pch := s.cli.Watch(pctx, string(pred.Key), clientv3.WithCreatedNotify())
@@ -326,6 +327,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 		// Detached between the read and the watch: no event will say
 		// so (see the detach case below).
 		detachedMeanwhile = verified && !isEntry(t.Key, g.Kvs[0])
+		armedRev = g.Header.Revision
 	}
 	var verify <-chan time.Time
 	var vt *time.Timer
@@ -364,6 +366,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 					// same event, or, cut off, demotes at its deadline:
 					// within a TTL either way. Look again a full TTL from
 					// this event, whatever look was due sooner.
+					armedRev = ev.Kv.ModRevision
 					look()
 				}
 			}
@@ -387,6 +390,14 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 				return 0, nil // gone meanwhile
 			}
 			if !isEntry(t.Key, g.Kvs[0]) {
+				if g.Kvs[0].ModRevision > armedRev {
+					// Changed after the look was armed (detached as it
+					// came due, its event not read yet): a full TTL
+					// from that change.
+					armedRev = g.Kvs[0].ModRevision
+					look()
+					continue
+				}
 				s.skip(g.Kvs[0])
 				s.skipStale(ctx, t, readRev)
 				return 0, nil
@@ -404,9 +415,22 @@ func (s *session) skipStale(ctx context.Context, t election.Ticket, readRev int6
 	if err != nil {
 		return // the next read finds them one at a time
 	}
+	present := map[string]int64{}
 	for _, kv := range r.Kvs {
+		present[string(kv.Key)] = kv.CreateRevision
 		if _, ok := parseEntry(t.Key, kv.Key); ok && !isEntry(t.Key, kv) && kv.ModRevision <= readRev {
 			s.skip(kv)
+		}
+	}
+	// Forget skipped keys of this election that are gone: the list would
+	// otherwise grow for the session's life.
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	for name, rev := range s.foreign {
+		if _, ok := parseEntry(t.Key, []byte(name)); ok && rev < int64(t.Token) {
+			if c, there := present[name]; !there || c != rev {
+				delete(s.foreign, name)
+			}
 		}
 	}
 }
