@@ -208,6 +208,15 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 			// The reply was lost: the node may exist.
 			unknown = true
 			found, ferr := s.findByGUID(ctx, key, guid)
+			for errors.Is(ferr, tenure.ErrUnavailable) {
+				// No connection yet (go-zookeeper tries its servers in
+				// turn): the node's fate is still unknown; look again
+				// until ctx ends.
+				if !pause(ctx) {
+					return election.Ticket{}, ctx.Err()
+				}
+				found, ferr = s.findByGUID(ctx, key, guid)
+			}
 			if ferr != nil {
 				return election.Ticket{}, ferr
 			}
