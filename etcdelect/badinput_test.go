@@ -206,20 +206,8 @@ func TestBadInput_EtcdLeaselessEntryNameIsSkipped(t *testing.T) {
 func TestBadInput_EtcdLeaderEntryDetachedFromItsLease(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	key := electiontest.Key(t)
-	admin := newClient(t, endpoint)
-	defer admin.Close()
-	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
-	const ttl = 2 * time.Second
-	elector := func(id string) *election.Elector {
-		cli := newClient(t, endpoint)
-		t.Cleanup(func() { cli.Close() })
-		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		return e
-	}
+	admin, elector := detachSetup(t, key)
+	const ttl = detachTTL
 	a, b := elector("a"), elector("b")
 	ta, err := a.Campaign(ctx)
 	if err != nil {
@@ -303,7 +291,7 @@ func TestBadInput_DetachedEntryOfADeadLeaderIsSkipped(t *testing.T) {
 	admin := newClient(t, endpoint)
 	defer admin.Close()
 	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
-	const ttl = 2 * time.Second
+	const ttl = detachTTL
 	acli := newClient(t, endpoint)
 	a, err := election.New(etcdelect.New(acli), election.Config{Key: key, Identity: "a", TTL: ttl})
 	if err != nil {
@@ -320,12 +308,7 @@ func TestBadInput_DetachedEntryOfADeadLeaderIsSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	elected := make(chan time.Time, 1)
-	go func() {
-		if _, err := b.Campaign(ctx); err == nil {
-			elected <- time.Now()
-		}
-	}()
+	elected := campaignAt(ctx, b)
 	waitPos(t, b, 1)
 	time.Sleep(2 * ttl) // past b's one look at a's lease
 	// a dies as its entry is detached: its client goes, with no delete.
@@ -335,15 +318,7 @@ func TestBadInput_DetachedEntryOfADeadLeaderIsSkipped(t *testing.T) {
 	if _, err := admin.Put(ctx, ta.Entry, "a"); err != nil { // no lease
 		t.Fatal(err)
 	}
-	select {
-	case at := <-elected:
-		t.Logf("b elected %v after a's entry was detached and a died", at.Sub(detached).Round(time.Millisecond))
-		if at.Sub(detached) < ttl*9/10 {
-			t.Fatalf("b elected %v after the detach: a holder cut off from etcd could still lead for up to a TTL", at.Sub(detached))
-		}
-	case <-time.After(4 * ttl):
-		t.Fatalf("b not elected %v after a's entry was detached and a died: it waits on a key no lease ends", 4*ttl)
-	}
+	awaitElectedAfterDetach(t, elected, detached)
 }
 
 // TestBadInput_DetachJustBeforeTheWaitersLeaseCheckWaitsATTL: the
@@ -355,46 +330,21 @@ func TestBadInput_DetachedEntryOfADeadLeaderIsSkipped(t *testing.T) {
 func TestBadInput_DetachJustBeforeTheWaitersLeaseCheckWaitsATTL(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	key := electiontest.Key(t)
-	admin := newClient(t, endpoint)
-	defer admin.Close()
-	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
-	const ttl = 2 * time.Second
-	elector := func(id string) *election.Elector {
-		cli := newClient(t, endpoint)
-		t.Cleanup(func() { cli.Close() })
-		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		return e
-	}
+	admin, elector := detachSetup(t, key)
+	const ttl = detachTTL
 	a, b := elector("a"), elector("b")
 	ta, err := a.Campaign(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	elected := make(chan time.Time, 1)
-	go func() {
-		if _, err := b.Campaign(ctx); err == nil {
-			elected <- time.Now()
-		}
-	}()
+	elected := campaignAt(ctx, b)
 	waitPos(t, b, 1)
 	time.Sleep(ttl - 300*time.Millisecond)
 	detached := time.Now()
 	if _, err := admin.Put(ctx, ta.Entry, "a"); err != nil { // no lease
 		t.Fatal(err)
 	}
-	select {
-	case at := <-elected:
-		t.Logf("b elected %v after the detach", at.Sub(detached).Round(time.Millisecond))
-		if at.Sub(detached) < ttl*9/10 {
-			t.Fatalf("b elected %v after a's entry was detached: a holder cut off from etcd could still lead for up to a TTL (%v)", at.Sub(detached).Round(time.Millisecond), ttl)
-		}
-	case <-time.After(4 * ttl):
-		t.Fatalf("b not elected %v after a's entry was detached", 4*ttl)
-	}
+	awaitElectedAfterDetach(t, elected, detached)
 }
 
 // TestBadInput_DetachSeenByAFullReadWaitsATTL: a waiter that arrives after
@@ -406,20 +356,8 @@ func TestBadInput_DetachJustBeforeTheWaitersLeaseCheckWaitsATTL(t *testing.T) {
 func TestBadInput_DetachSeenByAFullReadWaitsATTL(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	key := electiontest.Key(t)
-	admin := newClient(t, endpoint)
-	defer admin.Close()
-	defer admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
-	const ttl = 2 * time.Second
-	elector := func(id string) *election.Elector {
-		cli := newClient(t, endpoint)
-		t.Cleanup(func() { cli.Close() })
-		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		return e
-	}
+	admin, elector := detachSetup(t, key)
+	const ttl = detachTTL
 	a, b := elector("a"), elector("b")
 	ta, err := a.Campaign(ctx)
 	if err != nil {
@@ -439,4 +377,58 @@ func TestBadInput_DetachSeenByAFullReadWaitsATTL(t *testing.T) {
 		t.Fatalf("b elected %v after a's entry was detached: a holder cut off from etcd could still lead for up to a TTL (%v)", took.Round(time.Millisecond), ttl)
 	}
 	t.Logf("b elected %v after the detach", time.Since(detached).Round(time.Millisecond))
+}
+
+// detachTTL is the TTL of the detach tests' electors.
+const detachTTL = 2 * time.Second
+
+// detachSetup returns an admin client for key's prefix (its keys deleted
+// at the test's end) and a maker of electors on key with TTL detachTTL,
+// each on its own client, closed at the test's end.
+func detachSetup(t *testing.T, key string) (*clientv3.Client, func(id string) *election.Elector) {
+	t.Helper()
+	admin := newClient(t, endpoint)
+	t.Cleanup(func() {
+		admin.Delete(context.Background(), key+"/", clientv3.WithPrefix())
+		admin.Close()
+	})
+	return admin, func(id string) *election.Elector {
+		cli := newClient(t, endpoint)
+		t.Cleanup(func() { cli.Close() })
+		e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: detachTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+}
+
+// campaignAt runs e.Campaign in the background and sends when it won.
+func campaignAt(ctx context.Context, e *election.Elector) <-chan time.Time {
+	elected := make(chan time.Time, 1)
+	go func() {
+		if _, err := e.Campaign(ctx); err == nil {
+			elected <- time.Now()
+		}
+	}()
+	return elected
+}
+
+// awaitElectedAfterDetach waits for the waiter's election (elected) and
+// fails unless it came most of a TTL after detached (a holder cut off
+// from etcd may lead until its deadline) and within four TTLs (a key no
+// lease ends must not hold the queue).
+func awaitElectedAfterDetach(t *testing.T, elected <-chan time.Time, detached time.Time) {
+	t.Helper()
+	select {
+	case at := <-elected:
+		took := at.Sub(detached)
+		t.Logf("b elected %v after the detach", took.Round(time.Millisecond))
+		if took < detachTTL*9/10 {
+			t.Fatalf("b elected %v after a's entry was detached: a holder cut off from etcd could still lead for up to a TTL (%v)", took.Round(time.Millisecond), detachTTL)
+		}
+	case <-time.After(4 * detachTTL):
+		t.Fatalf("b not elected %v after a's entry was detached: it waits on a key no lease ends", 4*detachTTL)
+	}
 }

@@ -21,31 +21,7 @@ import (
 func TestFailover_TheCandidateWithMoreWALIsPromoted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, _ := testCluster(t, 3)
-	startAll(t, c)
-	primary, err := c.waitPrimary(ctx, 90*time.Second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := waitQueue(ctx, t, c, primary.Name)
-	next, other := queue[1], queue[2]
-
-	stopReceiving(ctx, t, c, next, true)
-
-	// The primary's last commit reaches the other standby only.
-	pconn, err := c.connect(ctx, primary.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := Write(ctx, pconn, primary.Term, "only the other standby has this")
-	pconn.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	readRow(ctx, t, c, other, id, primary.Term)
-	if n, err := rowCount(ctx, c, next, id); err != nil || n != 0 {
-		t.Fatalf("%s has %d copies of row %d (err %v); the test needs it behind", next, n, id, err)
-	}
+	c, primary, next, other, id := oneStandbyBehind(ctx, t)
 
 	killed := time.Now()
 	c.kill(primary.Name)
@@ -328,25 +304,7 @@ func TestStatus_StandbyTimelineWithoutAReceiver(t *testing.T) {
 func TestFailover_AMemberCutOffFromEtcdIsNotWaitedFor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, _ := testCluster(t, 3)
-	startAll(t, c)
-	primary, err := c.waitPrimary(ctx, 90*time.Second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := waitQueue(ctx, t, c, primary.Name)
-	next, ahead := queue[1], queue[2]
-	stopReceiving(ctx, t, c, next, true)
-	conn, err := c.connect(ctx, primary.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := Write(ctx, conn, primary.Term, "only the cut-off member has this")
-	conn.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	readRow(ctx, t, c, ahead, id, primary.Term)
+	c, primary, next, ahead, _ := oneStandbyBehind(ctx, t)
 
 	c.proxies[ahead].Blackhole()
 	defer c.proxies[ahead].Heal()
@@ -391,4 +349,35 @@ func waitQueue(ctx context.Context, t *testing.T, c *localCluster, primary strin
 	}
 	t.Logf("queue: %v", queue)
 	return queue
+}
+
+// oneStandbyBehind starts a three-member cluster and, once both standbys
+// stream and stand in the queue, makes the next in line (next) stop
+// receiving WAL and writes a row (id) on the primary that only the other
+// standby (ahead) receives.
+func oneStandbyBehind(ctx context.Context, t *testing.T) (c *localCluster, primary Status, next, ahead string, id int64) {
+	t.Helper()
+	c, _ = testCluster(t, 3)
+	startAll(t, c)
+	primary, err := c.waitPrimary(ctx, 90*time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := waitQueue(ctx, t, c, primary.Name)
+	next, ahead = queue[1], queue[2]
+	stopReceiving(ctx, t, c, next, true)
+	conn, err := c.connect(ctx, primary.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err = Write(ctx, conn, primary.Term, "only "+ahead+" has this")
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readRow(ctx, t, c, ahead, id, primary.Term)
+	if n, err := rowCount(ctx, c, next, id); err != nil || n != 0 {
+		t.Fatalf("%s has %d copies of row %d (err %v); the test needs it behind", next, n, id, err)
+	}
+	return c, primary, next, ahead, id
 }
