@@ -336,7 +336,13 @@ func TestClose_FromOnHardStopBehindAnotherClose(t *testing.T) {
 	<-elected
 	outer := make(chan error, 1)
 	go func() { outer <- e.Close(context.Background()) }()
-	for name, ch := range map[string]chan error{"the outside Close": outer, "Close from OnHardStop": inner, "Run": runDone} {
+	awaitAll(t, map[string]chan error{"the outside Close": outer, "Close from OnHardStop": inner, "Run": runDone})
+}
+
+// awaitAll fails the test unless every channel delivers within 5 s.
+func awaitAll(t *testing.T, chans map[string]chan error) {
+	t.Helper()
+	for name, ch := range chans {
 		select {
 		case <-ch:
 		case <-time.After(5 * time.Second):
@@ -389,13 +395,7 @@ func TestClose_FromOnHardStopEndsWithItsContext(t *testing.T) {
 		close(release)
 		t.Fatal("Close from OnHardStop still blocked 5 s later, waiting for the work it was to stop")
 	}
-	for name, ch := range map[string]chan error{"Run": runDone, "b's campaign": bElected} {
-		select {
-		case <-ch:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s still blocked 5 s after the work returned", name)
-		}
-	}
+	awaitAll(t, map[string]chan error{"Run": runDone, "b's campaign": bElected})
 }
 
 // TestClose_CancelledWithoutRunEndsTheSessionFirst: Close with a ctx that
