@@ -172,11 +172,21 @@ func checkInput(resource string, token uint64) error {
 
 // admitLocked checks and records token; r.lock must be held.
 func (g *Guard) admitLocked(r *resourceFence, resource string, token uint64, verifier string) error {
+	if err := g.stale(r, resource, token, verifier); err != nil {
+		return err
+	}
+	r.highest.Store(token)
+	return nil
+}
+
+// stale returns a *StaleError, counted as a refusal by verifier, when
+// token is below the highest accepted for r. Without r.lock it can only
+// say "stale already" (the highest only grows), not "fresh".
+func (g *Guard) stale(r *resourceFence, resource string, token uint64, verifier string) error {
 	if h := r.highest.Load(); token < h {
 		g.Metrics.Rejected(resource, verifier)
 		return &StaleError{Resource: resource, Token: token, Highest: h}
 	}
-	r.highest.Store(token)
 	return nil
 }
 

@@ -81,17 +81,15 @@ func Middleware(g *Guard, resource string, next http.Handler, opts ...Middleware
 			http.Error(w, fmt.Sprintf("missing or invalid %s header %q: requests must carry the sender's term, once", HeaderTerm, strings.Join(raw, ", ")), http.StatusBadRequest)
 			return
 		}
-		if h := rf.highest.Load(); token < h {
+		if err := g.stale(rf, resource, token, "http"); err != nil {
 			// Stale already: not worth its body, which may be large and
-			// slow to come.
-			g.Metrics.Rejected(resource, "http")
-			// Close the connection rather than read the rest of the body
-			// first, which net/http would (up to 256 KiB) before it
-			// sent this answer.
+			// slow to come. Close the connection rather than read the
+			// rest of the body first, which net/http would (up to
+			// 256 KiB) before it sent this answer.
 			if r.ProtoMajor == 1 { // HTTP/2 streams end on their own
 				w.Header().Set("Connection", "close")
 			}
-			http.Error(w, (&StaleError{Resource: resource, Token: token, Highest: h}).Error(), http.StatusConflict)
+			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {
