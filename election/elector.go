@@ -570,6 +570,25 @@ func (ld *leadership) finish(e *Elector) {
 	})
 }
 
+// inHardStop reports whether Run's OnHardStop for this term has begun and
+// not returned (false outside Run).
+func (ld *leadership) inHardStop() bool {
+	if ld.hardStop == nil {
+		return false
+	}
+	select {
+	case <-ld.hardStopDone:
+		return false
+	default:
+	}
+	select {
+	case <-ld.hardStop:
+		return true
+	default:
+		return false
+	}
+}
+
 // isLoss reports whether err says why a term ended: one of the reasons
 // OnDemoted documents.
 func isLoss(err error) bool {
@@ -756,46 +775,26 @@ func (e *Elector) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
 	}
-	return stripWorkRunning(e.release(ctx, tenure.ErrResigned))
+	_, err := e.release(ctx, tenure.ErrResigned)
+	return err
 }
-
-// stripWorkRunning drops errWorkRunning from err.
-func stripWorkRunning(err error) error {
-	if !errors.Is(err, errWorkRunning) {
-		return err
-	}
-	var kept []error
-	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		if e != errWorkRunning {
-			kept = append(kept, e)
-		}
-	}
-	if len(kept) == 1 {
-		return kept[0]
-	}
-	return errors.Join(kept...)
-}
-
-// errWorkRunning marks a release that gave up waiting for Run's elected
-// work (its ctx ended): the rest happens once the work returns. It is
-// never returned to callers.
-var errWorkRunning = errors.New("the elected work is still running")
 
 // release ends the current term with cause, waits for its work, and
-// deletes its entry.
-func (e *Elector) release(ctx context.Context, cause error) error {
+// deletes its entry. working reports that it gave up waiting for Run's
+// elected work (ctx ended): the rest happens once the work returns.
+func (e *Elector) release(ctx context.Context, cause error) (working bool, err error) {
 	e.mu.Lock()
 	ld := e.lead
 	e.mu.Unlock()
 	if ld == nil {
-		return nil
+		return false, nil
 	}
 	return e.releaseTerm(ctx, ld, cause)
 }
 
 // releaseTerm ends term ld with cause, waits for its work, and deletes its
-// entry.
-func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) error {
+// entry; working as for release.
+func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) (working bool, err error) {
 	ld.cancel(cause)
 	// The loss watcher stops on its own; the delete need not wait for it
 	// (it sees the context's cause, not the delete), but release does.
@@ -813,32 +812,26 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 		// which Run waits for), the work's end must be acted on here: the
 		// lease is let go (finish) when it comes, by a goroutine if ctx
 		// ends before.
-		afterWork := func() error {
-			select {
-			case <-ld.workDone:
-				ld.finish(e)
-				return nil
-			case <-ctx.Done():
-				go func() {
-					<-ld.workDone
-					ld.finish(e)
-				}()
-				return errors.Join(e.ctxErr(ctx, nil), errWorkRunning)
-			}
-		}
 		// Asked before the hard stop began, the release waits for
 		// OnHardStop too (Run closes work after it): OnHardStop may still
 		// be stopping what the work left.
 		select {
 		case <-ld.hardStop:
-			if err := afterWork(); err != nil {
-				return err
+			select {
+			case <-ld.workDone:
+				ld.finish(e)
+			case <-ctx.Done():
+				go func() {
+					<-ld.workDone
+					ld.finish(e)
+				}()
+				return true, e.ctxErr(ctx, nil)
 			}
 		default:
 			select {
 			case <-work:
 			case <-ctx.Done():
-				return errors.Join(e.ctxErr(ctx, nil), errWorkRunning)
+				return true, e.ctxErr(ctx, nil)
 			}
 		}
 	}
@@ -846,7 +839,7 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 	released := ld.released
 	e.mu.Unlock()
 	if released || ld.lease.ctx.Err() != nil {
-		return nil // already deleted, or the session is gone and the entry with it
+		return false, nil // already deleted, or the session is gone and the entry with it
 	}
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -854,16 +847,16 @@ func (e *Elector) releaseTerm(ctx context.Context, ld *leadership, cause error) 
 	defer stop()
 	if err := ld.lease.sess.Dequeue(dctx, ld.ticket); err != nil {
 		if ld.lease.ctx.Err() != nil {
-			return nil
+			return false, nil
 		}
 		e.giveUp(ld.lease)
-		return e.ctxErr(ctx, fmt.Errorf("tenure: resign %s: %w", ld.term, err))
+		return false, e.ctxErr(ctx, fmt.Errorf("tenure: resign %s: %w", ld.term, err))
 	}
 	e.mu.Lock()
 	ld.released = true
 	e.mu.Unlock()
 	e.log.Info("resigned", zap.Uint64("token", ld.term.Token))
-	return nil
+	return false, nil
 }
 
 // Leader reads the current leader of the key from the backend.
@@ -898,18 +891,7 @@ func (e *Elector) Close(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	if e.closed {
-		hard := false // OnHardStop is running
-		if ld := e.lead; ld != nil && ld.hardStop != nil {
-			select {
-			case <-ld.hardStop:
-				select {
-				case <-ld.hardStopDone:
-				default:
-					hard = true
-				}
-			default:
-			}
-		}
+		hard := e.lead != nil && e.lead.inHardStop()
 		e.mu.Unlock()
 		if hard {
 			// Likely from OnHardStop, which the Close in progress waits
@@ -927,7 +909,7 @@ func (e *Elector) Close(ctx context.Context) error {
 	e.closed = true
 	e.cancelAll()
 	e.mu.Unlock()
-	err := e.release(ctx, tenure.ErrClosed)
+	working, err := e.release(ctx, tenure.ErrClosed)
 	rest := func() {
 		defer close(e.closeDone)
 		e.mu.Lock()
@@ -940,7 +922,7 @@ func (e *Elector) Close(ctx context.Context) error {
 			e.rec.m.remove(e)
 		}
 	}
-	if errors.Is(err, errWorkRunning) {
+	if working {
 		// The release gave up waiting for Run's elected work: the
 		// session ends once the work returns (its entry with it), in
 		// the background, so that a caller (OnHardStop, say) that
@@ -950,7 +932,7 @@ func (e *Elector) Close(ctx context.Context) error {
 			e.rec.m.remove(e)
 		}
 		go rest()
-		return stripWorkRunning(err)
+		return err
 	}
 	rest()
 	return err

@@ -156,7 +156,7 @@ func (e *Elector) lead1(ctx context.Context, ld *leadership, cb tenure.Callbacks
 	}
 	if errors.Is(reason, tenure.ErrResigned) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CleanupTimeout)
-		if err := e.releaseTerm(rctx, ld, tenure.ErrResigned); err != nil { // this term's, whatever e.lead is now
+		if _, err := e.releaseTerm(rctx, ld, tenure.ErrResigned); err != nil { // this term's, whatever e.lead is now
 			e.log.Warn("resign failed; the entry goes when the session expires", zap.Error(err))
 		}
 		cancel()
