@@ -905,7 +905,8 @@ func (e *yieldError) Error() string { return e.why }
 // fails (a read that timed out), it refuses too: nothing has been changed
 // yet, and promoting without knowing could lose commits.
 func (m *Manager) checkHealthiest(ctx context.Context) *yieldError {
-	cctx, cancel := context.WithTimeout(ctx, min(time.Second, m.cfg.DCS.LoopWait))
+	bound := min(time.Second, m.cfg.DCS.LoopWait) // for each step below
+	cctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	failed := func(err error) *yieldError {
 		return &yieldError{why: "cannot tell whether another candidate has more WAL: " + err.Error()}
@@ -929,7 +930,7 @@ func (m *Manager) checkHealthiest(ctx context.Context) *yieldError {
 	// The members' answers get their own second (or loop_wait), not what
 	// the reads above left of theirs: one that does not answer in time
 	// is not waited for, which is the direction that may lose commits.
-	fctx, fcancel := context.WithTimeout(ctx, min(time.Second, m.cfg.DCS.LoopWait))
+	fctx, fcancel := context.WithTimeout(ctx, bound)
 	defer fcancel()
 	others := make([]Status, len(m.cfg.Members))
 	var wg sync.WaitGroup
@@ -958,7 +959,7 @@ func (m *Manager) checkHealthiest(ctx context.Context) *yieldError {
 					st.Name, st.Timeline, st.ReceivedLSN, self.Timeline, self.ReceivedLSN)}
 		}
 	}
-	octx, ocancel := context.WithTimeout(ctx, min(time.Second, m.cfg.DCS.LoopWait))
+	octx, ocancel := context.WithTimeout(ctx, bound)
 	defer ocancel()
 	if optime, why, err := m.tooFarBehind(octx, self); err != nil {
 		return failed(err)
