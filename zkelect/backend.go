@@ -81,8 +81,19 @@ type Backend struct {
 	// goroutines that Close's wait would have to count.
 	connClosed atomic.Bool
 
-	wg sync.WaitGroup // calls abandoned by their ctx, and session loops
+	wg sync.WaitGroup // calls abandoned by their ctx, session loops, call workers
+
+	// Goroutines that ran a call and wait for the next (see call): a new
+	// goroutine per call would grow its stack through go-zookeeper's
+	// request path, copying it, on every request.
+	tasks chan func()   // unbuffered: a send succeeds only to an idle worker
+	idle  atomic.Int32  // workers waiting on tasks
+	quit  chan struct{} // closed by Close, with connClosed: idle workers exit
 }
+
+// maxIdleWorkers is how many call workers may wait for work on one Backend;
+// one that finishes while as many wait exits.
+const maxIdleWorkers = 4
 
 var _ election.Backend = (*Backend)(nil)
 
@@ -110,7 +121,8 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if err := CheckSessionTimeout(sessionTimeout); err != nil {
 		return nil, err
 	}
-	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, changed: make(chan struct{})}
+	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, changed: make(chan struct{}),
+		tasks: make(chan func()), quit: make(chan struct{})}
 	var (
 		conn *zk.Conn
 		err  error
@@ -284,6 +296,7 @@ func (b *Backend) Close() {
 	}
 	b.mu.Lock()
 	b.connClosed.Store(true)
+	close(b.quit)
 	b.mu.Unlock()
 	if b.conn != nil {
 		b.conn.Close()
@@ -396,7 +409,7 @@ func call[T any](ctx context.Context, b *Backend, f func() (T, error), undo func
 	}
 	b.wg.Add(1) // under mu, before Close can begin its wait
 	b.mu.Unlock()
-	go func() {
+	b.run(func() {
 		defer b.wg.Done()
 		v, err := f()
 		if errors.Is(err, zk.ErrConnectionClosed) && b.connClosed.Load() {
@@ -406,7 +419,7 @@ func call[T any](ctx context.Context, b *Backend, f func() (T, error), undo func
 		if abandoned.Load() && undo != nil {
 			undo(v, err)
 		}
-	}()
+	})
 	select {
 	case r := <-ch:
 		return r.v, r.err
@@ -420,6 +433,38 @@ func call[T any](ctx context.Context, b *Backend, f func() (T, error), undo func
 		}
 		var zero T
 		return zero, ctx.Err()
+	}
+}
+
+// run runs task on an idle call worker, or on a new one. The caller holds
+// a count of b.wg (call's), so the worker's Add cannot race Close's Wait.
+func (b *Backend) run(task func()) {
+	select {
+	case b.tasks <- task:
+		return
+	default:
+	}
+	b.wg.Add(1)
+	go b.worker(task)
+}
+
+// worker runs task, then the tasks run hands it, until Close, or until it
+// finishes one while maxIdleWorkers others wait.
+func (b *Backend) worker(task func()) {
+	defer b.wg.Done()
+	for {
+		task()
+		if b.idle.Add(1) > maxIdleWorkers {
+			b.idle.Add(-1)
+			return
+		}
+		select {
+		case task = <-b.tasks:
+			b.idle.Add(-1)
+		case <-b.quit:
+			b.idle.Add(-1)
+			return
+		}
 	}
 }
 
