@@ -618,24 +618,30 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed 
 	e.wg.Add(1) // Close waits for the watcher too
 	go func() {
 		defer e.wg.Done()
-		defer close(ld.done)
-		err := l.sess.WatchLoss(ctx, t)
-		if ctx.Err() == nil {
-			if err == nil {
-				err = tenure.ErrOwnershipLost
-			}
-			cancel(err)
-		}
-		cause := context.Cause(ctx)
-		e.mu.Lock()
-		ld.ended = e.clock.Now()
-		e.mu.Unlock()
-		e.rec.demoted(cause)
-		if !errors.Is(cause, tenure.ErrResigned) && !errors.Is(cause, tenure.ErrClosed) {
-			e.log.Warn("leadership lost", zap.Uint64("token", term.Token), zap.NamedError("reason", cause))
-		}
+		e.watchedEnd(ld, l.sess.WatchLoss(ctx, t))
 	}()
 	return ld
+}
+
+// watchedEnd ends term ld once its loss watch has returned err, and
+// records why it ended. (Apart from startLeadership's goroutine, whose
+// stack stays small while it waits.)
+func (e *Elector) watchedEnd(ld *leadership, err error) {
+	defer close(ld.done)
+	if ld.ctx.Err() == nil {
+		if err == nil {
+			err = tenure.ErrOwnershipLost
+		}
+		ld.cancel(err)
+	}
+	cause := context.Cause(ld.ctx)
+	e.mu.Lock()
+	ld.ended = e.clock.Now()
+	e.mu.Unlock()
+	e.rec.demoted(cause)
+	if !errors.Is(cause, tenure.ErrResigned) && !errors.Is(cause, tenure.ErrClosed) {
+		e.log.Warn("leadership lost", zap.Uint64("token", ld.term.Token), zap.NamedError("reason", cause))
+	}
 }
 
 // lastToken returns the token of the latest term this elector held, or 0.

@@ -3,6 +3,7 @@ package zkelect
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path"
@@ -22,7 +23,15 @@ func newGUID() (string, error) {
 	}
 	b[6] = b[6]&0x0f | 0x40 // version 4, as Curator's UUID.randomUUID
 	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+	// 8-4-4-4-12 hex digits, without fmt (a campaign's path to its create).
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	hex.Encode(out[9:13], b[4:6])
+	hex.Encode(out[14:18], b[6:8])
+	hex.Encode(out[19:23], b[8:10])
+	hex.Encode(out[24:36], b[10:16])
+	out[8], out[13], out[18], out[23] = '-', '-', '-', '-'
+	return string(out[:]), nil
 }
 
 // ensureParents creates key and its missing ancestors as container nodes;
@@ -618,6 +627,9 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 	// existed; later watches are set here, each after checking the node.
 	ch := s.takeWatch(t.Name)
 	if ch == nil {
+		// The wait runs on a small stack frame: most short terms end
+		// here, on the new goroutine the elector runs this on, before its
+		// stack has had to grow for watchLoss.
 		d := time.NewTimer(lossWatchDelay)
 		select {
 		case <-d.C:
@@ -629,6 +641,11 @@ func (s *session) WatchLoss(ctx context.Context, t election.Ticket) error {
 			return ctx.Err()
 		}
 	}
+	return s.watchLoss(ctx, t, ch)
+}
+
+// watchLoss is WatchLoss once its first watch is set (ch) or due (nil).
+func (s *session) watchLoss(ctx context.Context, t election.Ticket, ch <-chan zk.Event) error {
 	for {
 		if ch == nil {
 			if ctx.Err() != nil { // resigned before the watcher got here
