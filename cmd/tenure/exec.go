@@ -109,6 +109,12 @@ Flags:
 		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
 		return exitUsage
 	}
+	// A command that cannot be found is reported now, not once KEY has
+	// been waited for (or, with --no-wait, never, while others hold it).
+	if _, err := exec.LookPath(rest[0]); err != nil {
+		fmt.Fprintf(stderr, "tenure exec: cannot run %s: %s; not campaigning for %s\n", rest[0], oneLine(err), f.key)
+		return exitCannotRun
+	}
 	return execRun(f, cfg, rest, f.logger(stderr), stdout, stderr)
 }
 
@@ -453,7 +459,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	if err := cmd.Start(); err != nil {
 		release()
 		say.printf("tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
-		return 127
+		return exitCannotRun
 	}
 	tree.cmd = procStat{pid: cmd.Process.Pid}
 	if p, ok := readProcStat(cmd.Process.Pid); ok { // not reaped before cmd.Wait

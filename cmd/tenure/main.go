@@ -16,7 +16,8 @@
 // skipped the command, 1 when the campaign failed, 2 on bad input or an
 // unreachable backend, 4 when leadership was lost while the command ran
 // (it was stopped) or before it started (it was not run),
-// 127 when the command could not be started, 128+N on signal N; leader
+// 127 when the command could not be found (before campaigning) or
+// started, 128+N on signal N; leader
 // exits 3 when the key is vacant (README.md has the table).
 package main
 
@@ -33,6 +34,9 @@ const (
 	exitUsage    = 2
 	exitVacant   = 3
 	exitLostLead = 4
+	// exitCannotRun: exec's command could not be found (checked before
+	// the campaign) or started, as a shell's 127.
+	exitCannotRun = 127
 )
 
 func main() {
