@@ -420,12 +420,18 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		}
 	}
 	// A suspended tenure cannot renew its lease while CMD, in its own
-	// session, runs on: Ctrl-Z is caught, and dropped, from before
-	// CMD starts. (Caught, not ignored: an ignored signal would be
-	// ignored in CMD too, since exec keeps SIG_IGN.)
+	// session, runs on: Ctrl-Z is caught, and dropped, from before CMD
+	// starts, and so is SIGTTIN. (Caught, not ignored: an ignored signal
+	// would be ignored in CMD too, since exec keeps SIG_IGN.) SIGTTOU,
+	// which stops a background job that writes to its terminal (with
+	// `stty tostop`: a log line on stderr), is ignored: then the write
+	// goes through (caught, the kernel would restart the write and send
+	// it again, for good). CMD inherits that, but in a session of its
+	// own it has no controlling terminal that could send it SIGTTOU.
 	tstp := make(chan os.Signal, 1)
-	signal.Notify(tstp, syscall.SIGTSTP)
+	signal.Notify(tstp, syscall.SIGTSTP, syscall.SIGTTIN)
 	defer signal.Stop(tstp)
+	signal.Ignore(syscall.SIGTTOU)
 	// What CMD starts and leaves behind becomes tenure's child when CMD
 	// exits: it stays in the tree tenure signals (see tree.go), and
 	// stopGroup can reap it at once (init may take its time).
@@ -455,6 +461,17 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		}
 		say.printf("tenure exec: lost leadership of %s before %s started: %s; not running it\n", term, argv[0], why)
 		return exitLostLead
+	}
+	// A stop signal since the campaign returned (during the look at /proc,
+	// say) waits here: CMD is not started, as for one before the election.
+	// One from now on is CMD's.
+	select {
+	case s := <-sigs:
+		signalled = true
+		release()
+		say.printf("tenure exec: %v while taking %s; not running %s\n", s, f.key, argv[0])
+		return 128 + int(s.(syscall.Signal))
+	default:
 	}
 	if err := cmd.Start(); err != nil {
 		release()

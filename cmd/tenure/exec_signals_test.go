@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,5 +48,91 @@ func TestExec_MissingCommandIsReportedBeforeTheCampaign(t *testing.T) {
 	// Neither queued: only the holder's entry is there.
 	if n := v.queued(t, key); n != 1 {
 		t.Fatalf("%d entries under the key, want the holder's 1", n)
+	}
+}
+
+// TestExec_SignalJustBeforeTheStartDoesNotRunCMD: a SIGTERM that comes
+// after the election but before CMD starts (here: while tenure is held
+// just before the start) is not left for CMD: CMD is not run, KEY is
+// released, and tenure exits 128+15.
+func TestExec_SignalJustBeforeTheStartDoesNotRunCMD(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	cmd := tenureCmd(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--",
+		"sh", "-c", `trap "" TERM; echo ran > `+path(dir, "a-ran"))...)
+	cmd.Env = append(cmd.Env, "TENURE_TEST_HOLD_BEFORE_START="+dir)
+	a := startCmd(t, cmd)
+	waitFile(t, path(dir, "held"), 10*time.Second)
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // delivered to tenure's channel
+	if err := os.WriteFile(path(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(t, 5*time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("tenure signalled before CMD started exited %d, want %d; stderr: %s", code, 128+int(syscall.SIGTERM), a.stderr)
+	}
+	if _, err := os.Stat(path(dir, "a-ran")); err == nil {
+		t.Fatalf("CMD ran although SIGTERM came before it started; stderr: %s", a.stderr)
+	}
+	if !strings.Contains(a.stderr.String(), "not running") {
+		t.Fatalf("stderr %q does not say CMD was not run", a.stderr)
+	}
+	v.waitQueued(t, key, 0) // released, not left to expire
+}
+
+// procState returns the state letter of process pid (T: stopped).
+func procState(t *testing.T, pid int) byte {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndexByte(string(stat), ')') // after the command's name
+	if i < 0 || i+2 >= len(stat) {
+		t.Fatalf("cannot parse /proc/%d/stat: %q", pid, stat)
+	}
+	return stat[i+2]
+}
+
+// TestExec_TerminalStopSignalsDoNotStopTenureWhileCMDRuns: SIGTTOU (a
+// background job writing to its terminal under `stty tostop`) and SIGTTIN
+// do not stop tenure while CMD runs: stopped, it could neither renew its
+// lease nor stop CMD at its deadline, while CMD, in its own session, ran on.
+func TestExec_TerminalStopSignalsDoNotStopTenureWhileCMDRuns(t *testing.T) {
+	ownGroup := &syscall.SysProcAttr{Setpgid: true}
+	for name, sig := range map[string]syscall.Signal{"SIGTTOU": syscall.SIGTTOU, "SIGTTIN": syscall.SIGTTIN} {
+		t.Run(name, func(t *testing.T) {
+			control := exec.Command("sleep", "5")
+			control.SysProcAttr = ownGroup
+			if err := control.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = control.Process.Kill(); _ = control.Wait() }()
+			_ = control.Process.Signal(sig)
+			time.Sleep(200 * time.Millisecond)
+			if st := procState(t, control.Process.Pid); st != 'T' {
+				t.Skipf("%s did not stop a plain sleep started the same way (state %c): the test could not tell", name, st)
+			}
+			v := env{"etcd", endpoint}
+			key, dir := v.key(t), dirT(t)
+			cmd := tenureCmd(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--",
+				"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; sleep 1`)...)
+			cmd.SysProcAttr = ownGroup
+			a := startCmd(t, cmd)
+			pidIn(t, path(dir, "a-pid"))
+			if err := a.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if st := procState(t, a.cmd.Process.Pid); st == 'T' {
+				_ = a.cmd.Process.Signal(syscall.SIGCONT)
+				t.Fatalf("tenure was stopped by %s while its command ran (state %c)", name, st)
+			}
+			if code := a.wait(t, 10*time.Second); code != 0 {
+				t.Fatalf("tenure exited %d; stderr: %s", code, a.stderr)
+			}
+		})
 	}
 }
