@@ -75,19 +75,14 @@ failover took. Takes under 10 seconds and removes everything it made.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
-	ctx, caught, unwatch := cancelOnSignal(sigs)
+	ctx, caught, again, unwatch := cancelOnSignal(sigs)
 	defer unwatch()
 	// A second signal, while the first one's clean-up runs, exits at once.
 	finished := make(chan struct{})
 	defer close(finished)
 	go func() {
 		select {
-		case <-ctx.Done():
-		case <-finished:
-			return
-		}
-		select {
-		case s := <-sigs:
+		case s := <-again:
 			fmt.Fprintf(stderr, "tenure demo: %v again: exiting without cleaning up\n", s)
 			os.Exit(128 + int(s.(syscall.Signal)))
 		case <-finished:

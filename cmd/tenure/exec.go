@@ -113,6 +113,15 @@ Flags:
 	// been waited for (or, with --no-wait, never, while others hold it).
 	if _, err := exec.LookPath(rest[0]); err != nil {
 		fmt.Fprintf(stderr, "tenure exec: cannot run %s: %s; not campaigning for %s\n", rest[0], oneLine(err), f.key)
+		if f.metricsFile != "" {
+			// An alert on the file must see the failure, not the last
+			// run's figures.
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(exitCodeGauge(f.key, exitCannotRun))
+			if err := prometheus.WriteToTextfile(f.metricsFile, reg); err != nil {
+				fmt.Fprintf(stderr, "tenure exec: --metrics-file: %s\n", oneLine(err))
+			}
+		}
 		return exitCannotRun
 	}
 	return execRun(f, cfg, rest, f.logger(stderr), stdout, stderr)
@@ -188,8 +197,9 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	// Not stopped on return: a write by what still runs after (a release
 	// left in the background, a log line) must not kill tenure either.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	// A signal while waiting for KEY cancels the campaign.
-	ctx, caught, unwatch := cancelOnSignal(sigs)
+	// A signal while waiting for KEY cancels the campaign; another one
+	// (again) stops waiting for its clean-up.
+	ctx, caught, again, unwatch := cancelOnSignal(sigs)
 	defer unwatch()
 
 	b, closeBackend, err := f.open(ctx, cfg.TTL)
@@ -202,6 +212,11 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		return exitUsage
 	}
 	stop := newShutdown(cfg.CleanupTimeout)
+	// Once execRun returns, a stop signal ends the wait for the clean-up
+	// below (what runs goes on until tenure exits: KEY, if still held,
+	// expires with the session). Registered first, it stops last.
+	shutdownWatch := make(chan struct{})
+	defer close(shutdownWatch)
 	defer stop.do(func(context.Context) error { closeBackend(); return nil })
 	opts := []election.Option{election.WithLogger(log)}
 	// reg holds tenure's own series; the endpoint adds the Go runtime's
@@ -236,6 +251,17 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		}()
 	}
 	defer stop.do(func(ctx context.Context) error { return e.Close(ctx) })
+	defer func() {
+		unwatch() // the campaign's watch no longer takes signals
+		go func() {
+			select {
+			case s := <-sigs:
+				fmt.Fprintf(stderr, "tenure exec: %v while closing: not waiting for the clean-up (if %s is still held, it expires with the session)\n", s, f.key)
+				stop.abort()
+			case <-shutdownWatch:
+			}
+		}()
+	}()
 	if f.metricsAddr != "" {
 		stopServing, err := serveHTTP(f.metricsAddr, e.Handler(served))
 		if err != nil {
@@ -250,10 +276,32 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	}
 
 	var term tenure.Term
-	if f.noWait {
-		term, err = e.TryCampaign(ctx)
-	} else {
-		term, err = e.Campaign(ctx)
+	type campaigned struct {
+		term tenure.Term
+		err  error
+	}
+	res := make(chan campaigned, 1)
+	go func() {
+		var c campaigned
+		if f.noWait {
+			c.term, c.err = e.TryCampaign(ctx)
+		} else {
+			c.term, c.err = e.Campaign(ctx)
+		}
+		res <- c
+	}()
+	select {
+	case c := <-res:
+		term, err = c.term, c.err
+	case s := <-again:
+		// The campaign, cancelled by the first signal, is removing its
+		// entry (which takes up to CleanupTimeout when the backend does
+		// not answer): the user will not wait. Not leading, tenure may go;
+		// the entry, if still there, expires with the session.
+		stop.abort()
+		first := caught()
+		fmt.Fprintf(stderr, "tenure exec: %v again while waiting for %s: not waiting for the campaign's clean-up; not running %s\n", s, f.key, argv[0])
+		return 128 + int(first.(syscall.Signal))
 	}
 	switch {
 	case errors.Is(err, tenure.ErrLocked):
@@ -290,39 +338,57 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		// Whether the work was done, which tenure_transitions_total
 		// ("elected") does not say: a cron job's alert needs it. Made
 		// here, so that it is absent when CMD was not run.
-		exitCode := prometheus.NewGauge(prometheus.GaugeOpts{
-			Name:        "tenure_exec_exit_code",
-			Help:        "The status tenure exec exited with once it held the key: the command's own, 128+N when a signal N ended it, 4 when leadership was lost (while it ran, or just before it would have started), 127 when it could not start. Absent when tenure exec did not hold the key (--no-wait found it held, the campaign failed or was interrupted).",
-			ConstLabels: prometheus.Labels{"key": f.key},
-		})
-		exitCode.Set(float64(code))
-		_ = reg.Register(exitCode) // the only one of its name
+		_ = reg.Register(exitCodeGauge(f.key, code)) // the only one of its name
 	}
 	return code
 }
 
+// exitCodeGauge is tenure_exec_exit_code for key, set to code.
+func exitCodeGauge(key string, code int) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "tenure_exec_exit_code",
+		Help:        "The status tenure exec exited with once it held the key: the command's own, 128+N when a signal N ended it, 4 when leadership was lost (while it ran, or just before it would have started), 127 when it could not start; also 127 when the command could not be found (then before any campaign). Absent when tenure exec did not hold the key (--no-wait found it held, the campaign failed or was interrupted).",
+		ConstLabels: prometheus.Labels{"key": key},
+	})
+	g.Set(float64(code))
+	return g
+}
+
 // cancelOnSignal returns a ctx that the first signal on sigs cancels, and
-// caught, which returns that signal (nil before one came). unwatch stops
-// the watch (cancelling ctx) and waits until it has stopped, so that
-// later signals on sigs are the caller's; it may be called again.
-func cancelOnSignal(sigs <-chan os.Signal) (ctx context.Context, caught func() os.Signal, unwatch func()) {
+// caught, which returns that signal (nil before one came); again receives
+// the second signal. unwatch stops the watch (cancelling ctx) and waits
+// until it has stopped, so that later signals on sigs are the caller's; it
+// may be called again.
+func cancelOnSignal(sigs <-chan os.Signal) (ctx context.Context, caught func() os.Signal, again <-chan os.Signal, unwatch func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var got atomic.Value // os.Signal
-	done := make(chan struct{})
+	second := make(chan os.Signal, 1)
+	stopped, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		select {
 		case s := <-sigs:
 			got.Store(s)
 			cancel()
-		case <-ctx.Done():
+		case <-stopped:
+			return
+		}
+		select {
+		case s := <-sigs:
+			second <- s
+		case <-stopped:
 		}
 	}()
 	caught = func() os.Signal {
 		s, _ := got.Load().(os.Signal)
 		return s
 	}
-	return ctx, caught, func() { cancel(); <-done }
+	var once sync.Once
+	return ctx, caught, second, func() {
+		once.Do(func() { close(stopped) })
+		cancel()
+		<-done
+	}
 }
 
 // shutdown bounds tenure exec's way out. The release when CMD exits, the

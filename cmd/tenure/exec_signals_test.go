@@ -136,3 +136,85 @@ func TestExec_TerminalStopSignalsDoNotStopTenureWhileCMDRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestExec_SecondSignalEndsAWaitingTenureWhoseBackendHangs: a waiter cut
+// off from its backend, signalled, removes its entry and closes its
+// session on a fresh context bounded by the clean-up timeout (the TTL,
+// 10 s here) at each step; a second signal ends that wait at once (the
+// entry, if still there, expires with the session).
+func TestExec_SecondSignalEndsAWaitingTenureWhoseBackendHangs(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	holder, err := election.New(v.electionBackend(t, 5*time.Second), election.Config{Key: key, Identity: "holder", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	if _, err := holder.Campaign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	proxy := newProxy(t, v.endpoint)
+	b := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "10s", "--",
+		"touch", path(dir, "b-ran"))...)
+	v.waitQueued(t, key, 2)
+	proxy.Blackhole()
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-b.done:
+		t.Fatalf("tenure exited %d on the first signal, before the test could send the second; stderr: %s", b.code, b.stderr)
+	default:
+	}
+	second := time.Now()
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := b.wait(t, 30*time.Second)
+	took := time.Since(second)
+	t.Logf("exited %d, %v after the second signal (TTL and clean-up timeout 10 s)", code, took)
+	if took > 2*time.Second {
+		t.Fatalf("tenure took %v to exit after a second signal: it waited for a clean-up its backend could not answer; stderr: %s", took, b.stderr)
+	}
+	if code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, 128+int(syscall.SIGTERM), b.stderr)
+	}
+	if _, err := os.Stat(path(dir, "b-ran")); err == nil {
+		t.Fatal("the command ran")
+	}
+}
+
+// TestExec_SignalEndsTheCleanUpAfterLeadershipWasLost: a leader cut off
+// from its backend stops CMD at its deadline and then closes its session,
+// which waits up to the clean-up timeout (the TTL) on a link that does not
+// answer; a signal then ends that wait at once. The exit status stays 4.
+func TestExec_SignalEndsTheCleanUpAfterLeadershipWasLost(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	proxy := newProxy(t, v.endpoint)
+	a := start(t, append(append([]string{"exec"}, v.flags(proxy.Addr())...), "--key", key, "--ttl", "4s", "--grace", "200ms", "--",
+		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; while :; do sleep 0.05; done`)...)
+	pid := pidIn(t, path(dir, "a-pid"))
+	proxy.Blackhole()
+	mustDie(t, pid, 10*time.Second, "the cut-off leader's command")
+	time.Sleep(300 * time.Millisecond) // tenure is in its clean-up now
+	select {
+	case <-a.done:
+		t.Skipf("tenure exited %d before the test could signal its clean-up", a.code)
+	default:
+	}
+	sent := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := a.wait(t, 15*time.Second)
+	took := time.Since(sent)
+	t.Logf("exited %d, %v after the signal (clean-up timeout 4 s)", code, took)
+	if took > 1500*time.Millisecond {
+		t.Fatalf("tenure took %v to exit after a signal during its clean-up", took)
+	}
+	if code != exitLostLead {
+		t.Fatalf("exit %d, want %d (leadership lost); stderr: %s", code, exitLostLead, a.stderr)
+	}
+}

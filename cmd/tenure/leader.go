@@ -64,7 +64,7 @@ Flags:
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
-	ctx, caught, unwatch := cancelOnSignal(sigs)
+	ctx, caught, _, unwatch := cancelOnSignal(sigs)
 	defer unwatch()
 	// A signal ends --watch normally (0); it interrupts anything else.
 	interrupted := func() (int, bool) {
