@@ -646,17 +646,23 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	exited := func(err error) int {
+		ended()
+		if lostLead {
+			say.printf("tenure exec: %s stopped after leadership of %s was lost\n", argv[0], term)
+			return exitLostLead
+		}
+		release()
+		return exitStatus(err)
+	}
 
 	for {
+		if beforeSelect != nil {
+			beforeSelect()
+		}
 		select {
 		case err := <-waited:
-			ended()
-			if lostLead {
-				say.printf("tenure exec: %s stopped after leadership of %s was lost\n", argv[0], term)
-				return exitLostLead
-			}
-			release()
-			return exitStatus(err)
+			return exited(err)
 		case s := <-sigs:
 			if signalled { // a second signal: the user will not wait
 				signalAll(syscall.SIGKILL)
@@ -667,6 +673,16 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			signalAll(syscall.SIGTERM)
 			say.printf("tenure exec: %v: sent SIGTERM to %s (another signal sends SIGKILL)\n", s, argv[0])
 		case <-lost:
+			select {
+			case err := <-waited:
+				// CMD had exited by itself when the loss was read: its
+				// status, as when its exit is read first (select would
+				// pick either at random). What it left, if anything, is
+				// stopped as for the loss (ended sees it).
+				say.printf("tenure exec: leadership of %s ended as %s exited: %s\n", term, argv[0], oneLine(e.Err()))
+				return exited(err)
+			default:
+			}
 			lost = nil
 			onLost()
 		}
@@ -714,6 +730,11 @@ func (n *notes) close(d time.Duration) {
 // one last time and starts CMD. Tests set it to hold an elected tenure in
 // that window; nil in tenure itself.
 var beforeStart func()
+
+// beforeSelect, when not nil, runs before each wait of supervise's loop
+// for CMD's exit, a signal or the loss of the term. Tests set it to let
+// more than one of them happen first; nil in tenure itself.
+var beforeSelect func()
 
 // prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
 const prSetChildSubreaper = 36

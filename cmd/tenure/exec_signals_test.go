@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/tenure-go/tenure/election"
 )
 
@@ -216,5 +218,36 @@ func TestExec_SignalEndsTheCleanUpAfterLeadershipWasLost(t *testing.T) {
 	}
 	if code != exitLostLead {
 		t.Fatalf("exit %d, want %d (leadership lost); stderr: %s", code, exitLostLead, a.stderr)
+	}
+}
+
+// TestExec_CommandExitAndLossTogetherGiveTheCommandsStatus: when CMD has
+// exited by itself and the term has ended by the time tenure looks (held
+// here until both have happened: the term ends as its entry is deleted),
+// tenure exits with CMD's status every time, not 4 at random.
+func TestExec_CommandExitAndLossTogetherGiveTheCommandsStatus(t *testing.T) {
+	v := env{"etcd", endpoint}
+	cli := newClient(t, v.endpoint)
+	for i := range 8 {
+		key, dir := v.key(t), dirT(t)
+		cmd := tenureCmd(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--",
+			"sh", "-c", `echo $$ > `+path(dir, "pid")+`; exit 5`)...)
+		cmd.Env = append(cmd.Env, "TENURE_TEST_HOLD_BEFORE_SELECT="+dir)
+		a := startCmd(t, cmd)
+		waitFile(t, path(dir, "loop-held"), 10*time.Second)
+		mustDie(t, pidIn(t, path(dir, "pid")), 5*time.Second, "the command")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := cli.Delete(ctx, key+"/", clientv3.WithPrefix())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the elector sees its entry gone
+		if err := os.WriteFile(path(dir, "loop-go"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code := a.wait(t, 10*time.Second); code != 5 {
+			t.Fatalf("run %d: exit %d, want the command's 5 (it exited before the loss was acted on); stderr: %s", i, code, a.stderr)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -117,6 +118,10 @@ func TestMain(m *testing.M) {
 		if dir := os.Getenv("TENURE_TEST_HOLD_BEFORE_START"); dir != "" {
 			beforeStart = func() { holdBeforeStart(dir) }
 		}
+		if dir := os.Getenv("TENURE_TEST_HOLD_BEFORE_SELECT"); dir != "" {
+			var once sync.Once
+			beforeSelect = func() { once.Do(func() { holdAt(dir, "loop-held", "loop-go") }) }
+		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	dir, err := os.MkdirTemp("", "tenure-cli-")
@@ -161,10 +166,15 @@ func TestMain(m *testing.M) {
 // holdBeforeStart, run by a tenure started with
 // TENURE_TEST_HOLD_BEFORE_START=dir just before it starts CMD, creates
 // dir/held and returns once dir/go exists.
-func holdBeforeStart(dir string) {
-	_ = os.WriteFile(filepath.Join(dir, "held"), []byte("held\n"), 0o600)
+func holdBeforeStart(dir string) { holdAt(dir, "held", "go") }
+
+// holdAt creates dir/held and returns once dir/proceed exists. With
+// TENURE_TEST_HOLD_BEFORE_SELECT=dir, tenure holds there (loop-held,
+// loop-go) before the first wait of its loop while CMD runs.
+func holdAt(dir, held, proceed string) {
+	_ = os.WriteFile(filepath.Join(dir, held), []byte("held\n"), 0o600)
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, proceed)); err == nil {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
