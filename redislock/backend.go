@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,7 +104,7 @@ func New(masters []*redis.Client, opts Options) (*Backend, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	b := &Backend{masters: masters, opts: opts}
+	b := &Backend{masters: slices.Clone(masters), opts: opts} // a caller's later change of its slice is not ours
 	for i, m := range masters {
 		if m == nil {
 			return nil, fmt.Errorf("%w: redislock: master %d is nil", tenure.ErrInvalidConfig, i)
@@ -674,9 +675,9 @@ func (b *Backend) pingQuorum(ctx context.Context, per time.Duration) (int, error
 		}
 	}
 	if ok < b.quorum() {
-		if ctx.Err() != nil {
-			return ok, ctx.Err()
-		}
+		// Also when ctx ended first: the error names the masters that
+		// did not answer (a cut-off one accepts and never answers), and
+		// wraps ctx's error with theirs.
 		return ok, b.quorumErr("PING", rs, ok)
 	}
 	return ok, nil

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -45,5 +46,30 @@ func TestStillWaiting_RenewedTwiceInOneMillisecond(t *testing.T) {
 	}
 	if n, err := stillWaitingScript.Run(ctx, c, []string{set}, "someone else", ttlMs).Int64(); err != nil || n != 0 {
 		t.Fatalf("renewal of an entry that is not registered: %d, %v; want 0 (lapsed)", n, err)
+	}
+}
+
+// TestNew_KeepsItsOwnListOfMasters: a caller that reuses its slice after
+// New does not change the Backend's masters (a master counted twice would
+// vote twice in Redlock).
+func TestNew_KeepsItsOwnListOfMasters(t *testing.T) {
+	cs := []*redis.Client{
+		redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),
+		redis.NewClient(&redis.Options{Addr: "127.0.0.1:2"}),
+		redis.NewClient(&redis.Options{Addr: "127.0.0.1:3"}),
+	}
+	orig := slices.Clone(cs)
+	defer func() {
+		for _, c := range orig {
+			c.Close()
+		}
+	}()
+	b, err := New(cs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs[1] = cs[0]
+	if b.masters[1] != orig[1] {
+		t.Fatalf("the Backend's master 1 changed with the caller's slice")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -268,5 +269,71 @@ func TestExecRedis_SignalWhileDialingEnds(t *testing.T) {
 	}
 	if code := p.wait(t, 5*time.Second); code != 130 {
 		t.Fatalf("exit %d after SIGINT while dialing, want 130; stderr: %s", code, p.stderr)
+	}
+}
+
+// silentListener accepts connections on loopback and never answers (a
+// server that hangs, or an address whose firewall drops what it gets
+// after the handshake); it returns the address.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestExecRedis_SilentEndpointIsNamed: an endpoint that accepts and never
+// answers is reported like a refused one (exit 2, "cannot reach redis at
+// ADDR"), not as a bare "context deadline exceeded"; with several
+// masters, the silent ones are named.
+func TestExecRedis_SilentEndpointIsNamed(t *testing.T) {
+	one, two := silentListener(t), silentListener(t)
+	for _, c := range []struct {
+		endpoints string
+		want      []string
+	}{
+		{one, []string{"cannot reach redis at " + one}},
+		{one + "," + two, []string{"0 of 2 masters answered", one, two}},
+	} {
+		p := start(t, "exec", "--backend", "redis", "--endpoints", c.endpoints, "--dial-timeout", "700ms", "--key", "k", "--", "true")
+		code := p.wait(t, 10*time.Second)
+		msg := p.stderr.String()
+		if code != exitUsage {
+			t.Errorf("endpoints %s: exit %d, want %d; stderr %q", c.endpoints, code, exitUsage, msg)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("endpoints %s: stderr %q does not say %q", c.endpoints, msg, w)
+			}
+		}
+		if strings.Contains(strings.TrimSuffix(msg, "\n"), "\n") {
+			t.Errorf("endpoints %s: stderr is not one line: %q", c.endpoints, msg)
+		}
 	}
 }
