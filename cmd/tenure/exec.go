@@ -255,6 +255,9 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 		unwatch() // the campaign's watch no longer takes signals
 		go func() {
 			select {
+			case s := <-again: // taken by the campaign's watch, not acted on
+				fmt.Fprintf(stderr, "tenure exec: %v while closing: not waiting for the clean-up (if %s is still held, it expires with the session)\n", s, f.key)
+				stop.abort()
 			case s := <-sigs:
 				fmt.Fprintf(stderr, "tenure exec: %v while closing: not waiting for the clean-up (if %s is still held, it expires with the session)\n", s, f.key)
 				stop.abort()
@@ -294,14 +297,22 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	case c := <-res:
 		term, err = c.term, c.err
 	case s := <-again:
-		// The campaign, cancelled by the first signal, is removing its
-		// entry (which takes up to CleanupTimeout when the backend does
-		// not answer): the user will not wait. Not leading, tenure may go;
-		// the entry, if still there, expires with the session.
-		stop.abort()
-		first := caught()
-		fmt.Fprintf(stderr, "tenure exec: %v again while waiting for %s: not waiting for the campaign's clean-up; not running %s\n", s, f.key, argv[0])
-		return 128 + int(first.(syscall.Signal))
+		select {
+		case c := <-res:
+			// The campaign has returned too (elected as the first signal
+			// came, say): handled below, which resigns a term won.
+			term, err = c.term, c.err
+		default:
+			// The campaign, cancelled by the first signal, is removing
+			// its entry (which takes up to CleanupTimeout when the backend
+			// does not answer): the user will not wait. Not leading,
+			// tenure may go; the entry, if still there, expires with the
+			// session.
+			stop.abort()
+			first := caught()
+			fmt.Fprintf(stderr, "tenure exec: %v again while waiting for %s: not waiting for the campaign's clean-up; not running %s\n", s, f.key, argv[0])
+			return 128 + int(first.(syscall.Signal))
+		}
 	}
 	switch {
 	case errors.Is(err, tenure.ErrLocked):
