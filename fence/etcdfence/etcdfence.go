@@ -37,6 +37,13 @@ type Fence struct {
 // "<Term.Key>/<lease ID in hex>", Term.Token at most math.MaxInt64); any
 // other term, an advisory Redis term
 // included, is refused with an error wrapping tenure.ErrInvalidConfig.
+//
+// Without a put or a delete among ops (a check, or reads fenced by the
+// term), the transaction also reads term.Entry, keys only, after ops (its
+// response comes last): etcd answers a transaction of serializable reads
+// alone, or of nothing, from the member the client talks to, which may be
+// cut off from the others and not know that the term has ended; with a
+// linearizable read in it, the member first agrees with the cluster.
 func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if f.Client == nil {
 		return nil, fmt.Errorf("%w: etcdfence: no Client", tenure.ErrInvalidConfig)
@@ -44,6 +51,13 @@ func (f Fence) Txn(ctx context.Context, term tenure.Term, ops ...clientv3.Op) (*
 	lease, ok := etcdelect.EntryLease(term.Key, term.Entry)
 	if !ok || term.Token == 0 || term.Token > math.MaxInt64 || term.Backend != "etcd" {
 		return nil, fmt.Errorf("%w: etcdfence: term %v is not an etcd holder's", tenure.ErrInvalidConfig, term)
+	}
+	writes := false
+	for _, op := range ops {
+		writes = writes || op.IsPut() || op.IsDelete()
+	}
+	if !writes {
+		ops = append(ops[:len(ops):len(ops)], clientv3.OpGet(term.Entry, clientv3.WithKeysOnly()))
 	}
 	resp, err := f.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(term.Entry), "=", int64(term.Token)),

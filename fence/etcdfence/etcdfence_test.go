@@ -109,3 +109,57 @@ func TestTxn_NoClientIsAConfigError(t *testing.T) {
 		t.Fatalf("Txn without a Client = %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestTxn_ReadOnlyIsNotAnsweredByAMemberAlone: a fenced transaction
+// without writes (a check, or reads fenced by the term) must not succeed
+// on the word of one member that has lost the rest of its cluster: that
+// member cannot know whether the term has ended (its lease expired, its
+// entry deleted, on the majority side). etcd answers a transaction of
+// serializable reads, or of nothing, from the member alone.
+func TestTxn_ReadOnlyIsNotAnsweredByAMemberAlone(t *testing.T) {
+	c, err := etcdembed.StartCluster(t.TempDir(), 3, 50, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The client knows only member 2, the one left alone below.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints()[2:3], DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	// A holder's entry as etcdelect makes it: "<key>/<lease hex>" on its lease.
+	lease, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "fence-alone"
+	entry := fmt.Sprintf("%s/%x", key, int64(lease.ID))
+	put, err := cli.Put(ctx, entry, "holder", clientv3.WithLease(lease.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := tenure.Term{Key: key, Entry: entry, Token: uint64(put.Header.Revision), Backend: "etcd", Identity: "holder"}
+	f := etcdfence.Fence{Client: cli}
+	if _, err := f.Txn(ctx, term); err != nil {
+		t.Fatalf("with the whole cluster up: %v", err)
+	}
+	for _, i := range []int{0, 1} {
+		if err := c.Stop(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, ops := range map[string][]clientv3.Op{
+		"no ops":              nil,
+		"a serializable read": {clientv3.OpGet(key+"/data", clientv3.WithSerializable())},
+	} {
+		tctx, tcancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := f.Txn(tctx, term, ops...)
+		tcancel()
+		if err == nil {
+			t.Errorf("%s: the fenced transaction succeeded (revision %d) on a member cut off from its cluster's majority", name, resp.Header.Revision)
+		}
+	}
+}
