@@ -64,6 +64,10 @@ func TestNew_RefusesBadInput(t *testing.T) {
 	if _, err := election.New(nil, election.Config{Key: "k"}); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Errorf("nil backend: %v", err)
 	}
+	var none *electiontest.Client
+	if _, err := election.New(none, election.Config{Key: "k"}); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Errorf("a nil *electiontest.Client: %v", err)
+	}
 	if _, err := election.New(m.Client(), election.Config{}); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Errorf("empty key: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/isnil"
 )
 
 // Option injects a dependency into New. Options are applied once, by New;
@@ -105,7 +106,7 @@ type leadership struct {
 // validates cfg and asks b to check the key and TTL; every error wraps
 // tenure.ErrInvalidConfig. It does not contact the backend.
 func New(b Backend, cfg Config, opts ...Option) (*Elector, error) {
-	if b == nil {
+	if isnil.Nil(b) {
 		return nil, fmt.Errorf("%w: nil Backend", tenure.ErrInvalidConfig)
 	}
 	cfg = cfg.WithDefaults()

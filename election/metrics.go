@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenure-go/tenure"
+	"github.com/tenure-go/tenure/internal/isnil"
 )
 
 // Metrics reports the state of every Elector given it with WithMetrics, on
@@ -55,7 +56,7 @@ type metricsKey struct{ key, backend string }
 // tenure's metrics (a second NewMetrics on it): share one *Metrics between
 // Electors instead.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	if reg == nil {
+	if isnil.Nil(reg) { // a nil *prometheus.Registry too
 		return nil, fmt.Errorf("%w: nil prometheus.Registerer", tenure.ErrInvalidConfig)
 	}
 	labels := []string{"key", "backend"}

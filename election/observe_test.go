@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -415,6 +417,10 @@ func TestNewMetrics_TwiceOnOneRegistry(t *testing.T) {
 	if _, err := election.NewMetrics(reg); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Fatalf("second NewMetrics on one registry: %v, want ErrInvalidConfig", err)
 	}
+	var none *prometheus.Registry // var reg *prometheus.Registry; if enabled {reg = ...}
+	if _, err := election.NewMetrics(none); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("NewMetrics(a nil *prometheus.Registry): %v, want ErrInvalidConfig", err) // a panic before
+	}
 	if _, err := election.NewMetrics(nil); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Fatalf("NewMetrics(nil): %v, want ErrInvalidConfig", err)
 	}
@@ -629,5 +635,29 @@ func TestStatus_CampaigningWhileTheSessionCannotOpen(t *testing.T) {
 	defer cancel()
 	if st := e.Status(sctx); st.State != "campaigning" || st.Position != -1 {
 		t.Errorf("Run whose session cannot open: state %q, position %d; want campaigning, -1", st.State, st.Position)
+	}
+}
+
+// TestHandler_NilGathererServesNoMetrics: a nil *prometheus.Registry
+// given as the gatherer leaves /metrics out, as a nil gatherer does,
+// instead of panicking on every scrape.
+func TestHandler_NilGathererServesNoMetrics(t *testing.T) {
+	srv, key, _ := setup(t)
+	e, _ := newElector(t, srv, key, "a", 3*time.Second)
+	var none *prometheus.Registry
+	h := e.Handler(none)
+	for path, want := range map[string]int{"/metrics": http.StatusNotFound, "/healthz": http.StatusOK} {
+		rec := httptest.NewRecorder()
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("GET %s panicked: %v", path, p)
+				}
+			}()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		}()
+		if rec.Code != want {
+			t.Errorf("GET %s: %d, want %d", path, rec.Code, want)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tenure-go/tenure/internal/isnil"
 )
 
 // Status is a snapshot of an Elector, as /status reports it: a plain value,
@@ -35,8 +37,8 @@ type Status struct {
 	// LeaseRemainingSeconds is the time until Deadline, 0 once passed.
 	LeaseRemainingSeconds float64 `json:"lease_remaining_seconds"`
 	// Position is how many candidates are ahead while campaigning with an
-	// entry in the queue (0 for the leader), -1 otherwise (idle, closed,
-	// or a campaign that has no entry yet).
+	// entry in the queue (0 once first, about to lead), -1 otherwise (the
+	// leader, idle, closed, or a campaign that has no entry yet).
 	Position int `json:"position"`
 	// Wedged explains why /healthz fails, or is empty.
 	Wedged string `json:"wedged,omitempty"`
@@ -163,7 +165,7 @@ func (e *Elector) Handler(g prometheus.Gatherer) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(e.Status(ctx))
 	})
-	if g != nil {
+	if !isnil.Nil(g) {
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
 	return mux

@@ -287,6 +287,9 @@ func TestMiddleware_RefusesBadWiring(t *testing.T) {
 		"nil guard":      func() { fence.Middleware(nil, "r", ok) },
 		"nil handler":    func() { fence.Middleware(&fence.Guard{}, "r", nil) },
 		"empty resource": func() { fence.Middleware(&fence.Guard{}, "", ok) },
+		// Every request would get 400 "invalid term" otherwise.
+		"resource not UTF-8": func() { fence.Middleware(&fence.Guard{}, "r\xff", ok) },
+		"typed nil handler":  func() { fence.Middleware(&fence.Guard{}, "r", (*nilHandler)(nil)) },
 	} {
 		func() {
 			defer func() {
@@ -477,3 +480,8 @@ func TestMiddleware_WithMaxBodyBoundsTheBody(t *testing.T) {
 	}()
 	fence.Middleware(&fence.Guard{}, "r", ok, fence.WithMaxBody(-1))
 }
+
+// nilHandler is a handler type whose nil value is not a usable handler.
+type nilHandler struct{ n int }
+
+func (h *nilHandler) ServeHTTP(http.ResponseWriter, *http.Request) { h.n++ }

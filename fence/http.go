@@ -9,6 +9,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/tenure-go/tenure/internal/isnil"
 )
 
 // MaxBody is the default bound of the request body Middleware reads before
@@ -51,12 +54,13 @@ const HeaderTerm = "X-Tenure-Term"
 // (terms only grow, so it would be refused after too). next must not use
 // g for the same resource (see Guard). Refusals count as verifier "http".
 //
-// A nil g or next, an empty resource or a negative WithMaxBody is a
-// programming error: Middleware panics at once, as net/http does for a
+// A nil g or next, an empty resource, one that is not valid UTF-8 (every
+// request would be refused as if its term were bad) or a negative
+// WithMaxBody is a programming error: Middleware panics at once, as net/http does for a
 // nil handler, instead of failing every request.
 func Middleware(g *Guard, resource string, next http.Handler, opts ...MiddlewareOption) http.Handler {
-	if g == nil || next == nil || resource == "" {
-		panic("fence: Middleware needs a Guard, a resource name and a handler")
+	if g == nil || isnil.Nil(next) || resource == "" || !utf8.ValidString(resource) {
+		panic("fence: Middleware needs a Guard, a resource name (valid UTF-8) and a handler")
 	}
 	cfg := middlewareConfig{maxBody: MaxBody}
 	for _, o := range opts {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/fence"
+	"github.com/tenure-go/tenure/internal/isnil"
 )
 
 // DefaultTable is the fence table's name when Fence.Table is empty.
@@ -148,7 +149,7 @@ func (f Fence) Setup(ctx context.Context, db Beginner) error {
 	if err != nil {
 		return err
 	}
-	if db == nil {
+	if isnil.Nil(db) {
 		return fmt.Errorf("%w: pgfence: no database (nil Beginner)", tenure.ErrInvalidConfig)
 	}
 	tx, err := db.Begin(ctx)
@@ -180,7 +181,7 @@ func (f Fence) Do(ctx context.Context, db Beginner, resource string, token uint6
 		return err
 	}
 	switch {
-	case db == nil:
+	case isnil.Nil(db):
 		return fmt.Errorf("%w: pgfence: no database (nil Beginner)", tenure.ErrInvalidConfig)
 	case token == 0 || token > math.MaxInt64:
 		return fmt.Errorf("%w: pgfence: token %d out of range", tenure.ErrInvalidConfig, token)

@@ -204,6 +204,15 @@ func TestFence_RefusesBadInput(t *testing.T) {
 	if err := (pgfence.Fence{}).Setup(ctx, nil); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Fatalf("Setup on a nil database = %v", err)
 	}
+	// A nil *pgxpool.Pool in the interface (var p *pgxpool.Pool; if ... {p =
+	// ...}): a nil pointer panic before.
+	var none *pgxpool.Pool
+	if err := (pgfence.Fence{}).Do(ctx, none, "r", 5, nop); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("a nil *pgxpool.Pool = %v", err)
+	}
+	if err := (pgfence.Fence{}).Setup(ctx, none); !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Setup on a nil *pgxpool.Pool = %v", err)
+	}
 	// With a write that would run: a nil one is refused on its own.
 	if err := (pgfence.Fence{}).Do(ctx, db, "r", 0, nop); !errors.Is(err, tenure.ErrInvalidConfig) {
 		t.Fatalf("token 0 = %v", err)
