@@ -128,7 +128,7 @@ func New(b Backend, cfg Config, opts ...Option) (*Elector, error) {
 		}
 	}
 	e.log = e.log.With(zap.String("key", cfg.Key), zap.String("identity", cfg.Identity), zap.String("backend", b.Name()))
-	e.rec.key, e.rec.backend = cfg.Key, b.Name()
+	e.rec.e, e.rec.key, e.rec.backend = e, cfg.Key, b.Name()
 	if e.rec.m != nil {
 		if !utf8.ValidString(b.Name()) { // a label value; Prometheus would panic
 			return nil, fmt.Errorf("%w: metrics: the backend's name %q is not valid UTF-8", tenure.ErrInvalidConfig, b.Name())

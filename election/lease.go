@@ -158,10 +158,12 @@ func (l *lease) logLoop() {
 }
 
 func (l *lease) apply(r Renewal) {
+	if r.Err != nil {
+		l.onFail() // not under l.mu: the metrics' Collect reads the lease under theirs
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r.Err != nil {
-		l.onFail()
 		if !l.suspended {
 			remaining := l.deadline.Sub(l.clock.Now())
 			l.logAsync(func(log *zap.Logger) {

@@ -221,66 +221,72 @@ func reason(cause error) string {
 }
 
 // recorder is what an Elector reports through; its methods are no-ops
-// without Metrics.
+// without Metrics, and once the Elector's key is no longer its own there:
+// closed, and dropped by a Collect since, or taken over by a new Elector on
+// the key. (A lease that outlives Close, while Run's work stops, or a
+// campaign that returns after it, would otherwise start the dropped series
+// again, for good, or count into the new Elector's.) Call its methods
+// holding no lock of the Elector or its lease: Collect holds m.mu while it
+// reads them.
 type recorder struct {
 	m            *Metrics
+	e            *Elector
 	key, backend string
 }
 
-func (r recorder) elected(waited time.Duration) {
+// record runs f while e still owns its key's series.
+func (r recorder) record(f func(m *Metrics)) {
 	if r.m == nil {
 		return
 	}
-	r.m.transitions.WithLabelValues(r.key, r.backend, "elected").Inc()
-	r.m.campaign.WithLabelValues(r.key, r.backend).Observe(waited.Seconds())
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	if r.m.electors[metricsKey{r.key, r.backend}] != r.e {
+		return
+	}
+	f(r.m)
+}
+
+func (r recorder) elected(waited time.Duration) {
+	r.record(func(m *Metrics) {
+		m.transitions.WithLabelValues(r.key, r.backend, "elected").Inc()
+		m.campaign.WithLabelValues(r.key, r.backend).Observe(waited.Seconds())
+	})
 }
 
 func (r recorder) demoted(cause error) {
-	if r.m != nil {
-		r.m.transitions.WithLabelValues(r.key, r.backend, reason(cause)).Inc()
-	}
+	r.record(func(m *Metrics) { m.transitions.WithLabelValues(r.key, r.backend, reason(cause)).Inc() })
 }
 
 func (r recorder) sessionLost() {
-	if r.m != nil {
-		r.m.expirations.WithLabelValues(r.key, r.backend).Inc()
-	}
+	r.record(func(m *Metrics) { m.expirations.WithLabelValues(r.key, r.backend).Inc() })
 }
 
 func (r recorder) skippedHeld() {
-	if r.m != nil {
-		r.m.skipped.WithLabelValues(r.key, r.backend).Inc()
-	}
+	r.record(func(m *Metrics) { m.skipped.WithLabelValues(r.key, r.backend).Inc() })
 }
 
 func (r recorder) renewalFailed() {
-	if r.m != nil {
-		r.m.watchdog.WithLabelValues(r.key, r.backend).Inc()
-	}
+	r.record(func(m *Metrics) { m.watchdog.WithLabelValues(r.key, r.backend).Inc() })
 }
 
 func (r recorder) failover(d time.Duration) {
-	if r.m != nil {
-		r.m.failover.WithLabelValues(r.key, r.backend).Observe(d.Seconds())
-	}
+	r.record(func(m *Metrics) { m.failover.WithLabelValues(r.key, r.backend).Observe(d.Seconds()) })
 }
 
 func (r recorder) lockWait(d time.Duration) {
-	if r.m != nil {
-		r.m.lockWait.WithLabelValues(r.key, r.backend).Observe(d.Seconds())
-	}
+	r.record(func(m *Metrics) { m.lockWait.WithLabelValues(r.key, r.backend).Observe(d.Seconds()) })
 }
 
 // init creates the label series at zero, so dashboards see them before the
 // first event.
 func (r recorder) init() {
-	if r.m == nil {
-		return
-	}
-	for _, why := range []string{"elected", "resigned", "lease_expired", "session_expired", "ownership_lost", "closed"} {
-		r.m.transitions.WithLabelValues(r.key, r.backend, why)
-	}
-	r.m.expirations.WithLabelValues(r.key, r.backend)
-	r.m.watchdog.WithLabelValues(r.key, r.backend)
-	r.m.skipped.WithLabelValues(r.key, r.backend)
+	r.record(func(m *Metrics) {
+		for _, why := range []string{"elected", "resigned", "lease_expired", "session_expired", "ownership_lost", "closed"} {
+			m.transitions.WithLabelValues(r.key, r.backend, why)
+		}
+		m.expirations.WithLabelValues(r.key, r.backend)
+		m.watchdog.WithLabelValues(r.key, r.backend)
+		m.skipped.WithLabelValues(r.key, r.backend)
+	})
 }

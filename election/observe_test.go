@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -659,5 +660,101 @@ func TestHandler_NilGathererServesNoMetrics(t *testing.T) {
 		if rec.Code != want {
 			t.Errorf("GET %s: %d, want %d", path, rec.Code, want)
 		}
+	}
+}
+
+// seriesOf returns the values of reg's series with label key=k, by metric
+// name (counters and gauges; histograms by their sample count).
+func seriesOf(t *testing.T, reg *prometheus.Registry, k string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() != "key" || l.GetValue() != k {
+					continue
+				}
+				switch {
+				case s.GetCounter() != nil:
+					out[mf.GetName()] += s.GetCounter().GetValue()
+				case s.GetGauge() != nil:
+					out[mf.GetName()] += s.GetGauge().GetValue()
+				case s.GetHistogram() != nil:
+					out[mf.GetName()] += float64(s.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return out
+}
+
+// stallClock is time.Now, except that the second call made directly from
+// Mutex.Lock (the one that measures the wait, after the campaign has
+// returned) blocks until release is closed, once armed.
+type stallClock struct {
+	mu      sync.Mutex
+	calls   int
+	stalled chan struct{} // closed when the call blocks
+	release chan struct{}
+}
+
+func (c *stallClock) Now() time.Time {
+	pcs := make([]uintptr, 1)
+	if runtime.Callers(2, pcs) == 1 {
+		if f, _ := runtime.CallersFrames(pcs).Next(); strings.HasSuffix(f.Function, "election.(*Mutex).Lock") {
+			c.mu.Lock()
+			c.calls++
+			n := c.calls
+			c.mu.Unlock()
+			if n == 2 {
+				close(c.stalled)
+				<-c.release
+			}
+		}
+	}
+	return time.Now()
+}
+
+// TestMetrics_ALockThatReturnsAfterCloseStartsNoSeries: a Lock whose
+// campaign returned just before the Mutex was closed (and its series
+// collected one last time, then dropped) does not start the key's series
+// again when it records its wait: nothing would ever drop them.
+func TestMetrics_ALockThatReturnsAfterCloseStartsNoSeries(t *testing.T) {
+	srv, key, ctx := setup(t)
+	m, reg := newMetrics(t)
+	clk := &stallClock{stalled: make(chan struct{}), release: make(chan struct{})}
+	mu, err := election.NewMutex(srv.Client(), election.Config{Key: key, Identity: "a", TTL: 3 * time.Second},
+		election.WithMetrics(m), election.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan error, 1)
+	go func() { _, err := mu.Lock(ctx); locked <- err }()
+	select {
+	case <-clk.stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lock did not reach its wait measurement")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := mu.Close(cctx); err != nil {
+		close(clk.release)
+		t.Fatalf("Close: %v", err)
+	}
+	seriesOf(t, reg, key) // the final counts
+	if n := len(seriesOf(t, reg, key)); n != 0 {
+		close(clk.release)
+		t.Fatalf("%d series left after Close and two scrapes", n)
+	}
+	close(clk.release)
+	if err := <-locked; err != nil {
+		t.Logf("Lock returned %v", err)
+	}
+	if got := seriesOf(t, reg, key); len(got) != 0 {
+		t.Fatalf("series of the closed Mutex's key started again by the Lock that returned after Close: %v", got)
 	}
 }
