@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,5 +260,36 @@ func TestFlags_BadEnvironmentValueYieldsToTheFlag(t *testing.T) {
 	out, errOut, code := runTenure(t, env, "exec", "--help")
 	if code != 0 || !strings.Contains(out, "Usage: tenure exec") {
 		t.Errorf("TENURE_TTL=soon tenure exec --help: exit %d, stdout %q, stderr %q; want 0 and the usage", code, out, errOut)
+	}
+}
+
+// TestLeader_ReaderGoneBeforeTheAnswerKeepsTheExitStatus: `tenure leader
+// ... | true` (the reader gone before the line is written) exits with the
+// table's status (3: vacant), not killed by SIGPIPE (141 in a shell),
+// which Go's runtime does on a write to stdout unless SIGPIPE is caught.
+func TestLeader_ReaderGoneBeforeTheAnswerKeepsTheExitStatus(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key := v.key(t)
+	for _, extra := range [][]string{nil, {"--json"}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close() // the reader is gone before tenure writes
+		p := tenureCmd(append(append(append([]string{"leader"}, v.flags("")...), "--key", key), extra...)...)
+		p.Stdout = w
+		var stderr strings.Builder
+		p.Stderr = &stderr
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		code := exitWithin(t, p, 10*time.Second, "tenure leader")
+		if ws, ok := p.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			t.Fatalf("tenure leader %v with its reader gone died of %v; stderr: %s", extra, ws.Signal(), stderr.String())
+		}
+		if code != exitVacant {
+			t.Fatalf("tenure leader %v with its reader gone: exit %d, want %d (vacant); stderr: %s", extra, code, exitVacant, stderr.String())
+		}
 	}
 }

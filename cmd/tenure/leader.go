@@ -64,6 +64,11 @@ Flags:
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
+	// A write to a stdout whose reader is gone (`tenure leader | head -1`)
+	// must fail with EPIPE, handled below, not kill tenure by SIGPIPE (Go's
+	// runtime does, for stdout, unless SIGPIPE is caught): the exit status
+	// is the table's, not 141.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, caught, _, unwatch := cancelOnSignal(sigs)
 	defer unwatch()
 	// A signal ends --watch normally (0); it interrupts anything else.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -176,10 +177,13 @@ func (s *security) etcdDialError(endpoints string, timeout time.Duration, err er
 	return fmt.Errorf("%w: cannot reach etcd at %s within %v (TLS %s): %w", tenure.ErrUnavailable, endpoints, timeout, tlsOn, err)
 }
 
-// shown returns an identity for a terminal: as is when it is printable and
-// has no spaces, quoted otherwise (another client's data could hold escape
-// sequences).
+// shown returns an identity for a terminal: as is when it is valid UTF-8,
+// printable and has no spaces, quoted otherwise (another client's data
+// could hold escape sequences, 8-bit ones such as CSI 0x9b included).
 func shown(identity string) string {
+	if !utf8.ValidString(identity) {
+		return strconv.Quote(identity)
+	}
 	for _, r := range identity {
 		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
 			return strconv.Quote(identity)

@@ -13,6 +13,8 @@ func TestShown(t *testing.T) {
 		"":              `""`,
 		"line\nbreak":   `"line\nbreak"`,
 		"日本":            "日本",
+		"h\x9b[2J":      `"h\x9b[2J"`, // an 8-bit CSI, not UTF-8: it read as U+FFFD, printable
+		"\xff":          `"\xff"`,
 	} {
 		if got := shown(in); got != want {
 			t.Errorf("shown(%q) = %s, want %s", in, got, want)
