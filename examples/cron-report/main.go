@@ -130,7 +130,9 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 	body := buildReport(*date)
 	var where []string
 	if *addr != "" {
-		if err := writeRedis(ctx, *addr, *date, body); err != nil {
+		// Not on ctx: a SIGTERM from here on does not stop the write (go-
+		// redis would give up a dial in progress on it).
+		if err := writeRedis(context.WithoutCancel(ctx), *addr, *date, body); err != nil {
 			fmt.Fprintf(stderr, "report %s: %v\n", *date, err)
 			return 1
 		}
