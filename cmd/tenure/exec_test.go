@@ -450,58 +450,6 @@ func TestExec_LeftoverChildrenEndWithCMD(t *testing.T) {
 	mustDie(t, child, 2*time.Second, "the command's leftover child")
 }
 
-// TestExec_CtrlZIgnoredWhileCMDRuns: a stopped tenure cannot renew its
-// lease while CMD, in its own process group, runs on; SIGTSTP (Ctrl-Z)
-// does not stop it while CMD runs. tenure runs in a process group of its
-// own whose parent (the test) is in another group of the same session: in
-// an orphaned group the kernel would drop SIGTSTP whatever tenure did.
-// A plain sleep started the same way shows that SIGTSTP stops there.
-func TestExec_CtrlZIgnoredWhileCMDRuns(t *testing.T) {
-	state := func(pid int) byte {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The state is the field after the parenthesized command name.
-		i := strings.LastIndexByte(string(stat), ')')
-		if i < 0 || i+2 >= len(stat) {
-			t.Fatalf("cannot parse /proc/%d/stat: %q", pid, stat)
-		}
-		return stat[i+2]
-	}
-	ownGroup := &syscall.SysProcAttr{Setpgid: true}
-	control := exec.Command("sleep", "5")
-	control.SysProcAttr = ownGroup
-	if err := control.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = control.Process.Kill(); _ = control.Wait() }()
-	_ = control.Process.Signal(syscall.SIGTSTP)
-	time.Sleep(200 * time.Millisecond)
-	if st := state(control.Process.Pid); st != 'T' {
-		t.Skipf("SIGTSTP did not stop a plain sleep started the same way (state %c): the test could not tell", st)
-	}
-
-	v := env{"etcd", endpoint}
-	key, dir := v.key(t), dirT(t)
-	cmd := tenureCmd(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--",
-		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; sleep 1`)...)
-	cmd.SysProcAttr = ownGroup
-	a := startCmd(t, cmd)
-	pidIn(t, path(dir, "a-pid"))
-	if err := a.cmd.Process.Signal(syscall.SIGTSTP); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	if st := state(a.cmd.Process.Pid); st == 'T' {
-		_ = a.cmd.Process.Signal(syscall.SIGCONT)
-		t.Fatalf("tenure was stopped by SIGTSTP while its command ran (state %c)", st)
-	}
-	if code := a.wait(t, 10*time.Second); code != 0 {
-		t.Fatalf("tenure exited %d; stderr: %s", code, a.stderr)
-	}
-}
-
 // TestExec_NohupSurvivesSIGHUP: started with SIGHUP ignored (nohup),
 // tenure exec keeps it ignored: the command runs on after a hangup.
 func TestExec_NohupSurvivesSIGHUP(t *testing.T) {
