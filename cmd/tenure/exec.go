@@ -450,7 +450,7 @@ var errAborted = errors.New("not waited for: tenure was signalled to stop")
 func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string, sigs <-chan os.Signal, stop *shutdown, stdout, stderr io.Writer) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(childEnv(), // without TENURE_PASSWORD
+	cmd.Env = append(childEnv(), // without the credentials and TLS settings
 		"TENURE_TERM="+strconv.FormatUint(term.Token, 10),
 		"TENURE_KEY="+term.Key,
 		"TENURE_IDENTITY="+term.Identity,

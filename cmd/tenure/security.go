@@ -144,7 +144,8 @@ func (s *security) zk() []zkelect.Option {
 }
 
 // childEnv is the environment CMD runs with: tenure's own, without the
-// backend password and this tenure's metrics settings (notForTheChild).
+// backend's credentials and TLS settings and this tenure's metrics
+// settings (notForTheChild).
 func childEnv() []string {
 	env := os.Environ()
 	out := env[:0:0]
@@ -158,10 +159,17 @@ func childEnv() []string {
 }
 
 // notForTheChild are the variables of tenure's environment that CMD does
-// not get: the password, and what configures this tenure's own metrics (a
-// tenure exec inside CMD would bind the same address, and fail, or write
-// over the same file).
-var notForTheChild = map[string]bool{passwordEnv: true, "TENURE_METRICS_ADDR": true, "TENURE_METRICS_FILE": true}
+// not get: the password and every other auth or TLS setting (the path of
+// the password's file, of the client key; a user name without its
+// password would only make a tenure call inside CMD fail), as the README
+// promises; and what configures this tenure's own metrics (a tenure exec
+// inside CMD would bind the same address, and fail, or write over the
+// same file).
+var notForTheChild = map[string]bool{
+	passwordEnv: true, "TENURE_PASSWORD_FILE": true, "TENURE_USER": true,
+	"TENURE_CACERT": true, "TENURE_CERT": true, "TENURE_CERT_KEY": true, "TENURE_ZK_ACL": true,
+	"TENURE_METRICS_ADDR": true, "TENURE_METRICS_FILE": true,
+}
 
 // etcdDialError explains why clientv3.New failed: refused credentials, or
 // no answer within the dial timeout (a plaintext client at a TLS-only

@@ -140,16 +140,24 @@ func TestSecurity_CLIEtcdTLSAndAuthNeverPrintsThePassword(t *testing.T) {
 	// Right password from the environment: CMD runs, without it.
 	env := append([]string{passwordEnv + "=" + billingPW, "TENURE_USER=billing"}, tlsEnv...)
 	args := append([]string{"exec", "--key", "billing/cli"}, base...)
-	out, errOut, code := runTenure(t, env, append(args, "--", "sh", "-c", `echo "child:${TENURE_PASSWORD-unset}:$TENURE_TERM"`)...)
+	out, errOut, code := runTenure(t, env, append(args, "--", "sh", "-c",
+		`echo "child:${TENURE_PASSWORD-unset}:${TENURE_USER-unset}:${TENURE_CACERT-unset}:${TENURE_CERT-unset}:${TENURE_CERT_KEY-unset}:$TENURE_TERM"`)...)
 	noSecret("exec", out, errOut)
-	if code != 0 || !strings.HasPrefix(out, "child:unset:") {
-		t.Fatalf("exec with TLS and auth: exit %d, stdout %q, stderr %s", code, out, errOut)
+	if code != 0 || !strings.HasPrefix(out, "child:unset:unset:unset:unset:unset:") {
+		t.Fatalf("exec with TLS and auth from the environment: exit %d, stdout %q (want none of them in CMD's environment), stderr %s", code, out, errOut)
 	}
 	if !strings.Contains(errOut, "elected") {
 		t.Fatalf("stderr at debug level shows no election log, so the test proves nothing: %s", errOut)
 	}
-	// Right password from a file, leader subcommand.
+	// Right password from a file named in the environment: CMD gets
+	// neither the file's path nor the user.
 	pwFile := writeSecret(t, billingPW)
+	out, errOut, code = runTenure(t, append([]string{"TENURE_PASSWORD_FILE=" + pwFile, "TENURE_USER=billing"}, tlsEnv...),
+		append(args, "--", "sh", "-c", `echo "child:${TENURE_PASSWORD_FILE-unset}:${TENURE_USER-unset}"`)...)
+	if code != 0 || strings.TrimSpace(out) != "child:unset:unset" {
+		t.Fatalf("exec with TENURE_PASSWORD_FILE: exit %d, stdout %q (want neither in CMD's environment), stderr %s", code, out, errOut)
+	}
+	// Right password from a file, leader subcommand.
 	out, errOut, code = runTenure(t, tlsEnv, append([]string{"leader", "--key", "billing/cli", "--user", "billing", "--password-file", pwFile}, base...)...)
 	noSecret("leader", out, errOut)
 	if code != exitVacant || strings.TrimSpace(out) != "vacant" {
