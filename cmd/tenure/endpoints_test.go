@@ -84,14 +84,17 @@ func TestLeader_MemberWithoutQuorumFailsInTime(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // the survivor notices it has no leader
 	// The client's own retries of "no leader" give up after about 2.5 s:
-	// a 1 s --dial-timeout must end the read before they do.
+	// a 500 ms --dial-timeout must end the read well before they do.
 	t0 := time.Now()
-	p := start(t, "leader", "--key", "k", "--endpoints", ep, "--dial-timeout", "1s")
+	p := start(t, "leader", "--key", "k", "--endpoints", ep, "--dial-timeout", "500ms")
 	code := p.wait(t, 20*time.Second)
 	took := time.Since(t0)
 	t.Logf("tenure leader against a member without quorum: exit %d after %v; stderr: %s", code, took, p.stderr)
 	if code != exitFailure {
 		t.Fatalf("exit %d, want %d", code, exitFailure)
+	}
+	if took > 1800*time.Millisecond {
+		t.Fatalf("tenure leader took %v with --dial-timeout 500ms: the read did not end at its timeout", took)
 	}
 	if !strings.Contains(p.stderr.String(), "--dial-timeout") {
 		t.Fatalf("stderr %q does not say the read outlasted --dial-timeout", p.stderr)

@@ -435,19 +435,35 @@ func TestExec_ExitsInTimeWhenTheBackendHangs(t *testing.T) {
 
 // TestExec_LeftoverChildrenEndWithCMD: what CMD started and left running
 // when it exited does not outlive KEY: tenure stops it (SIGTERM, then
-// SIGKILL after --grace) before it releases KEY and exits.
+// SIGKILL after --grace: this one ignores SIGTERM) before it releases KEY
+// and exits; the next holder starts only after it is gone.
 func TestExec_LeftoverChildrenEndWithCMD(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
-	start0 := time.Now()
+	alive, goFile := path(dir, "alive"), path(dir, "go")
 	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--grace", "500ms", "--",
-		"sh", "-c", `sleep 60 & echo $! > `+path(dir, "child-pid")+`; exit 0`)...)
+		"sh", "-c", `(trap '' TERM; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done) &
+echo $! > `+path(dir, "child-pid")+`; while [ ! -e `+goFile+` ]; do sleep 0.01; done; exit 0`)...)
 	child := pidIn(t, path(dir, "child-pid"))
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
+	exited := time.Now()
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if code := a.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("tenure exited %d, want the command's 0; stderr: %s", code, a.stderr)
 	}
-	t.Logf("tenure exited %v after it started", time.Since(start0))
 	mustDie(t, child, 2*time.Second, "the command's leftover child")
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 5*time.Second))
+	lastAlive := nanos(t, waitFile(t, alive, time.Second))
+	t.Logf("the leftover's last stamp %v after CMD was told to exit; the successor started %v after", lastAlive.Sub(exited), bStart.Sub(exited))
+	if !lastAlive.Before(bStart) {
+		t.Fatalf("the command's leftover child was alive %v after the successor started", lastAlive.Sub(bStart))
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
 }
 
 // TestExec_NohupSurvivesSIGHUP: started with SIGHUP ignored (nohup),

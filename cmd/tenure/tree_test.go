@@ -59,8 +59,9 @@ func TestExec_KilledTenureKillsWhatLeftTheGroup(t *testing.T) {
 func TestExec_SIGTERMStopsWhatLeftTheGroupBeforeRelease(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
+	alive := path(dir, "alive") // the child stamps it every 10 ms
 	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--grace", "500ms", "--",
-		"sh", "-c", leavesTheGroup(`trap "" TERM; echo $$ > `+path(dir, "child-pid")+`; while :; do sleep 0.01; done`))...)
+		"sh", "-c", leavesTheGroup(`trap "" TERM; echo $$ > `+path(dir, "child-pid")+`; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`))...)
 	child := pidIn(t, path(dir, "child-pid"))
 	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
 	v.waitQueued(t, key, 2)
@@ -78,7 +79,10 @@ func TestExec_SIGTERMStopsWhatLeftTheGroupBeforeRelease(t *testing.T) {
 	if code != 128+int(syscall.SIGTERM) {
 		t.Errorf("tenure exited %d, want %d (its command ended by SIGTERM); stderr: %s", code, 128+int(syscall.SIGTERM), a.stderr)
 	}
-	waitFile(t, path(dir, "b-start"), 5*time.Second)
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 5*time.Second))
+	if lastAlive := nanos(t, waitFile(t, alive, time.Second)); !lastAlive.Before(bStart) {
+		t.Fatalf("the command's child was alive %v after the successor started: KEY was released before it was stopped", lastAlive.Sub(bStart))
+	}
 	if code := b.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
 	}

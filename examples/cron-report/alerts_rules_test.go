@@ -29,8 +29,7 @@ func TestAlertRules(t *testing.T) {
 		if os.Getenv("CI") != "" {
 			t.Fatal("promtool not on the PATH under CI: scripts/test.sh installs it (Debian's prometheus package)")
 		}
-		t.Log("promtool not on the PATH: alerts_test.yml not run")
-		return
+		t.Skip("promtool not on the PATH: alerts_test.yml not run (Debian's prometheus package has it)")
 	}
 	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
 		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {

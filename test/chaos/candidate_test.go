@@ -336,14 +336,23 @@ func ownNodes(c *zk.Conn, key string, wait time.Duration) (int, error) {
 			deadline = time.Now().Add(wait)
 		}
 		n := 0
+		var lookErr error
 		for _, ch := range children {
 			ok, st, err := c.Exists(key + "/" + ch)
 			if err != nil {
-				return 0, err
+				lookErr = err
+				break
 			}
 			if ok && st.EphemeralOwner == id {
 				n++
 			}
+		}
+		if lookErr != nil { // a lost connection: count again, as for Children
+			if time.Now().After(giveUp) {
+				return 0, lookErr
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
 		if n == 0 || time.Now().After(deadline) {
 			return n, nil
