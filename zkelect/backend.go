@@ -399,8 +399,16 @@ func call[T any](ctx context.Context, b *Backend, f func() (T, error), undo func
 		v   T
 		err error
 	}
+	// The result goes to exactly one side: the caller (delivered) or, once
+	// the caller has given up (abandoned), undo. One compare-and-swap each
+	// decides, so a result is never both returned and undone.
+	const (
+		pending = iota
+		delivered
+		abandoned
+	)
 	ch := make(chan result, 1)
-	var abandoned atomic.Bool
+	var state atomic.Int32
 	b.mu.Lock()
 	if b.connClosed.Load() {
 		b.mu.Unlock()
@@ -416,7 +424,7 @@ func call[T any](ctx context.Context, b *Backend, f func() (T, error), undo func
 			err = zk.ErrClosing // closed by Close, not lost: not worth a retry
 		}
 		ch <- result{v, err}
-		if abandoned.Load() && undo != nil {
+		if !state.CompareAndSwap(pending, delivered) && undo != nil {
 			undo(v, err)
 		}
 	})
@@ -424,12 +432,11 @@ func call[T any](ctx context.Context, b *Backend, f func() (T, error), undo func
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
-		abandoned.Store(true)
-		select { // it may have finished meanwhile
-		case r := <-ch:
-			abandoned.Store(false)
+		if !state.CompareAndSwap(pending, abandoned) {
+			// Delivered as ctx ended: the result is the caller's (it is
+			// in ch, sent before the swap).
+			r := <-ch
 			return r.v, r.err
-		default:
 		}
 		var zero T
 		return zero, ctx.Err()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -101,5 +102,38 @@ func TestCall_WorkersAreReusedBoundedAndStoppedByClose(t *testing.T) {
 	waitFor(t, "no worker left after Close", func() bool { return workers() == before })
 	if _, err := call(ctx, b, func() (int, error) { return 1, nil }, nil); err == nil {
 		t.Fatal("a call after Close ran")
+	}
+}
+
+// TestCall_AResultIsReturnedOrUndoneNeverBoth: a call whose ctx ends as
+// its result comes either returns the result or undoes it (deleting what
+// a create made), never both: a campaign handed a node its own undo is
+// deleting would lead on a node about to go. Many calls, each cancelled
+// at about the moment its result comes; after Close, the undone results
+// must be exactly the calls that returned ctx's error.
+func TestCall_AResultIsReturnedOrUndoneNeverBoth(t *testing.T) {
+	b := bareBackend()
+	var undone atomic.Int64
+	var returned, cancelled int64
+	const n = 100000
+	for i := range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		go cancel()
+		// The result comes as ctx ends: both wait for the cancel.
+		_, err := call(ctx, b, func() (int, error) { <-ctx.Done(); return i, nil }, func(int, error) { undone.Add(1) })
+		switch {
+		case err == nil:
+			returned++
+		case errors.Is(err, context.Canceled):
+			cancelled++
+		default:
+			t.Fatalf("call %d: %v", i, err)
+		}
+		cancel()
+	}
+	b.Close() // waits for every call's worker, undo included
+	t.Logf("%d calls: %d returned, %d gave up, %d undone", n, returned, cancelled, undone.Load())
+	if undone.Load() != cancelled {
+		t.Fatalf("%d results undone for %d calls given up: %d were both returned and undone", undone.Load(), cancelled, undone.Load()-cancelled)
 	}
 }
