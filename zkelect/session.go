@@ -179,7 +179,12 @@ func (s *session) confirm(ctx context.Context) (election.Renewal, error) {
 	if !ok {
 		return election.Renewal{}, fmt.Errorf("%w: zookeeper: reconnected while renewing", tenure.ErrUnavailable)
 	}
-	ttl := time.Duration(s.b.negotiatedMs.Load()) * time.Millisecond
+	// The session timeout the server granted on this connection, but never
+	// more than the one Dial asked for and checked: a server reached after
+	// a reconnection may grant a longer one (its min/maxSessionTimeout),
+	// while the ensemble's leader server may still count the session down
+	// with the one it had.
+	ttl := min(time.Duration(s.b.negotiatedMs.Load())*time.Millisecond, s.b.timeout)
 	// On the elector's clock: as long before sent as at was before sentWall.
 	return election.Renewal{Sent: sent.Add(-sentWall.Sub(at)), TTL: ttl}, nil
 }
