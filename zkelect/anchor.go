@@ -37,7 +37,8 @@ import (
 // its own clients' syncs until it steps down, up to about a tickTime after
 // its followers gave up on it and began to elect another, which counts
 // the session from its start; the quarter timeout and DeadlineMargin
-// cover that tick.
+// cover that tick when they add up to a tickTime (always from a session
+// timeout of 4 × tickTime; see docs/zookeeper.md).
 //
 // Only a single server (standalone, or an ensemble of one) touches every
 // session on every packet and has no one to hand over to: on a connection
