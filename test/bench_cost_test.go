@@ -289,3 +289,57 @@ func probeRun(b *testing.B) bool {
 	n, err := strconv.Atoi(v)
 	return err == nil && n > 1
 }
+
+// walFsyncs reads the embedded etcd's WAL fsync histogram from the
+// default registry: how many fsyncs, and how many took over 2 ms.
+func walFsyncs() (total, over2ms float64, err error) {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "etcd_disk_wal_fsync_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			total += float64(h.GetSampleCount())
+			var upTo2ms float64
+			for _, bk := range h.GetBucket() {
+				if bk.GetUpperBound() <= 0.002 {
+					upTo2ms = float64(bk.GetCumulativeCount())
+				}
+			}
+			over2ms += float64(h.GetSampleCount()) - upTo2ms
+		}
+		return total, over2ms, nil
+	}
+	return 0, 0, fmt.Errorf("no etcd_disk_wal_fsync_duration_seconds in the default registry")
+}
+
+// fsyncMeter reports the embedded etcd's WAL fsyncs over the timed
+// handoffs: wal-fsyncs/handoff, and wal-fsync-over-2ms, the share of them
+// that took over 2 ms (a handoff waits for at least one: the release's
+// delete).
+type fsyncMeter struct {
+	total, over float64
+	n           int
+}
+
+func (f *fsyncMeter) begin(b *testing.B) {
+	var err error
+	if f.total, f.over, err = walFsyncs(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (f *fsyncMeter) report(b *testing.B) {
+	total, over, err := walFsyncs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if d := total - f.total; d > 0 && f.n > 0 {
+		b.ReportMetric(d/float64(f.n), "wal-fsyncs/handoff")
+		b.ReportMetric((over-f.over)/d, "wal-fsync-over-2ms")
+	}
+}

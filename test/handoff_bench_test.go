@@ -129,7 +129,10 @@ var keySeq atomic.Int64
 // keep-alives left out) per handoff; heap-KB/candidate and
 // goroutines/candidate are what each idle candidate adds to this process
 // (client, session and the server's state for it included), rss-KB/candidate
-// the resident set of each etcdctl process.
+// the resident set of each etcdctl process. wal-fsyncs/handoff is the
+// server's WAL fsyncs over the timed handoffs, per handoff, and
+// wal-fsync-over-2ms the share of them that took over 2 ms (from etcd's
+// etcd_disk_wal_fsync_duration_seconds): whether the disk makes the tail.
 //
 // All implementations run on the same embedded etcd server, back to back
 // for each N (-bench.contenders), in -bench.repeat interleaved rounds.
@@ -243,6 +246,7 @@ func benchHandoff(b *testing.B, im impl, n int) {
 		return int(r.Count), nil
 	}
 	var polls atomic.Int64
+	fsyncs := fsyncMeter{n: count}
 	reqs := serverRequests{read: etcdServerRequests, byKind: etcdRequestsByMethod, unit: "etcd-reqs/handoff", n: count,
 		extra: func() float64 { return float64(polls.Load()) }}
 	loop := handoffLoop{
@@ -256,8 +260,8 @@ func benchHandoff(b *testing.B, im impl, n int) {
 			}
 			return mem.measure()
 		},
-		begin: func(b *testing.B) { polls.Store(0); reqs.begin(b) },
-		end:   reqs.report,
+		begin: func(b *testing.B) { polls.Store(0); reqs.begin(b); fsyncs.begin(b) },
+		end:   func(b *testing.B) { reqs.report(b); fsyncs.report(b) },
 	}
 	if im.proc && n > 1 {
 		// A releaser re-queues by starting a new etcdctl: hold until
