@@ -758,3 +758,16 @@ func TestMetrics_ALockThatReturnsAfterCloseStartsNoSeries(t *testing.T) {
 		t.Fatalf("series of the closed Mutex's key started again by the Lock that returned after Close: %v", got)
 	}
 }
+
+// TestHandler_EmptyGatherersServesMetrics: a nil prometheus.Gatherers is
+// a working Gatherer (it gathers nothing): /metrics is served, empty.
+func TestHandler_EmptyGatherersServesMetrics(t *testing.T) {
+	srv, key, _ := setup(t)
+	e, _ := newElector(t, srv, key, "a", 3*time.Second)
+	var gs prometheus.Gatherers // var gs ...; if enabled { gs = append(gs, reg) }
+	rec := httptest.NewRecorder()
+	e.Handler(gs).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics with an empty Gatherers: %d, want 200", rec.Code)
+	}
+}

@@ -93,7 +93,7 @@ func TestLeader_MemberWithoutQuorumFailsInTime(t *testing.T) {
 	if code != exitFailure {
 		t.Fatalf("exit %d, want %d", code, exitFailure)
 	}
-	if took > 1800*time.Millisecond {
+	if took > 2200*time.Millisecond { // below the client's own 2.5 s, room for a slow start on a busy machine
 		t.Fatalf("tenure leader took %v with --dial-timeout 500ms: the read did not end at its timeout", took)
 	}
 	if !strings.Contains(p.stderr.String(), "--dial-timeout") {
