@@ -150,21 +150,7 @@ func TestExec_SecondSignalEndsAWaitingTenureWhoseBackendHangs(t *testing.T) {
 		"touch", path(dir, "b-ran"))...)
 	v.waitQueued(t, key, 2)
 	proxy.Blackhole()
-	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	select {
-	case <-b.done:
-		t.Fatalf("tenure exited %d on the first signal, before the test could send the second; stderr: %s", b.code, b.stderr)
-	default:
-	}
-	second := time.Now()
-	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	code := b.wait(t, 30*time.Second)
-	took := time.Since(second)
+	code, took := signalTwice(t, b, 30*time.Second)
 	t.Logf("exited %d, %v after the second signal (TTL and clean-up timeout 10 s)", code, took)
 	if took > 2*time.Second {
 		t.Fatalf("tenure took %v to exit after a second signal: it waited for a clean-up its backend could not answer; stderr: %s", took, b.stderr)
@@ -253,4 +239,27 @@ func holdKey(t *testing.T, v env, key string) {
 	if _, err := holder.Campaign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// signalTwice sends p SIGTERM, checks that p still runs 300 ms later (the
+// first signal alone must not end it, or the second shows nothing), sends
+// a second SIGTERM, and returns p's exit status and how long after the
+// second signal it exited (failing t if not within wait).
+func signalTwice(t *testing.T, p *proc, wait time.Duration) (code int, took time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-p.done:
+		t.Fatalf("tenure exited %d on the first signal, before the test could send the second; stderr: %s", p.code, p.stderr)
+	default:
+	}
+	second := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code = p.wait(t, wait)
+	return code, time.Since(second)
 }

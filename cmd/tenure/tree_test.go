@@ -195,21 +195,7 @@ func TestExec_SignalDuringAStuckReleaseEndsTenure(t *testing.T) {
 		t.Fatalf("tenure exited %d before the signal: the release did not hang, the test shows nothing; stderr: %s", a.code, a.stderr)
 	default:
 	}
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	select {
-	case <-a.done:
-		t.Fatalf("tenure exited %d on the first signal during the release; stderr: %s", a.code, a.stderr)
-	default:
-	}
-	sent := time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	code := a.wait(t, 15*time.Second)
-	took := time.Since(sent)
+	code, took := signalTwice(t, a, 15*time.Second)
 	t.Logf("second SIGTERM during a hung release: tenure exited %d %v later; stderr: %s", code, took, a.stderr)
 	if took > 2*time.Second {
 		t.Errorf("tenure took %v after the signal to exit", took)
