@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -272,40 +271,14 @@ func TestExecRedis_SignalWhileDialingEnds(t *testing.T) {
 	}
 }
 
-// silentListener accepts connections on loopback and never answers (a
-// server that hangs, or an address whose firewall drops what it gets
-// after the handshake); it returns the address.
-func silentListener(t *testing.T) string {
+// silentEndpoint is an address that accepts connections and never
+// answers (a hung server, or a firewall dropping what it gets after the
+// handshake): a blackholed proxy.
+func silentEndpoint(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	var mu sync.Mutex
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
+	p := newProxy(t, redisEndpoint)
+	p.Blackhole()
+	return p.Addr()
 }
 
 // TestExecRedis_SilentEndpointIsNamed: an endpoint that accepts and never
@@ -313,7 +286,7 @@ func silentListener(t *testing.T) string {
 // ADDR"), not as a bare "context deadline exceeded"; with several
 // masters, the silent ones are named.
 func TestExecRedis_SilentEndpointIsNamed(t *testing.T) {
-	one, two := silentListener(t), silentListener(t)
+	one, two := silentEndpoint(t), silentEndpoint(t)
 	for _, c := range []struct {
 		endpoints string
 		want      []string
