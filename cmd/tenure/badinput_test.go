@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -223,18 +224,7 @@ func TestHelp_GoesToStdout(t *testing.T) {
 func TestLeader_WatchEndsWhenItsReaderIsGone(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key := v.key(t)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := tenureCmd(append(append([]string{"leader"}, v.flags("")...), "--key", key, "--watch")...)
-	p.Stdout = w
-	var stderr strings.Builder
-	p.Stderr = &stderr
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	p, r, stderr := startOnPipe(t, false, append(append([]string{"leader"}, v.flags("")...), "--key", key, "--watch")...)
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil || line != "vacant\n" {
 		t.Fatalf("first line %q, %v; want vacant", line, err)
@@ -271,19 +261,7 @@ func TestLeader_ReaderGoneBeforeTheAnswerKeepsTheExitStatus(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key := v.key(t)
 	for _, extra := range [][]string{nil, {"--json"}} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Close() // the reader is gone before tenure writes
-		p := tenureCmd(append(append(append([]string{"leader"}, v.flags("")...), "--key", key), extra...)...)
-		p.Stdout = w
-		var stderr strings.Builder
-		p.Stderr = &stderr
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
+		p, _, stderr := startOnPipe(t, true, append(append(append([]string{"leader"}, v.flags("")...), "--key", key), extra...)...)
 		code := exitWithin(t, p, 10*time.Second, "tenure leader")
 		if ws, ok := p.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			t.Fatalf("tenure leader %v with its reader gone died of %v; stderr: %s", extra, ws.Signal(), stderr.String())
@@ -292,4 +270,29 @@ func TestLeader_ReaderGoneBeforeTheAnswerKeepsTheExitStatus(t *testing.T) {
 			t.Fatalf("tenure leader %v with its reader gone: exit %d, want %d (vacant); stderr: %s", extra, code, exitVacant, stderr.String())
 		}
 	}
+}
+
+// startOnPipe starts tenure with args, its stdout the write end of a pipe,
+// and returns the process, the pipe's read end (the test's to close; nil
+// with readerGone, which closes it before tenure starts) and tenure's
+// stderr.
+func startOnPipe(t *testing.T, readerGone bool, args ...string) (*exec.Cmd, *os.File, *strings.Builder) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readerGone {
+		r.Close()
+		r = nil
+	}
+	p := tenureCmd(args...)
+	p.Stdout = w
+	stderr := &strings.Builder{}
+	p.Stderr = stderr
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	return p, r, stderr
 }
