@@ -625,8 +625,9 @@ func (e *Elector) startLeadership(l *lease, t Ticket, term tenure.Term, managed 
 }
 
 // watchedEnd ends term ld once its loss watch has returned err, and
-// records why it ended. (Apart from startLeadership's goroutine, whose
-// stack stays small while it waits.)
+// records why it ended. (A function of its own, not part of
+// startLeadership's goroutine, so that the goroutine's frame, and its
+// stack, stay small while the watch waits.)
 func (e *Elector) watchedEnd(ld *leadership, err error) {
 	defer close(ld.done)
 	if ld.ctx.Err() == nil {

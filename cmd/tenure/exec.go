@@ -254,15 +254,15 @@ func execRun(f execFlags, cfg election.Config, argv []string, log *zap.Logger, s
 	defer func() {
 		unwatch() // the campaign's watch no longer takes signals
 		go func() {
+			var s os.Signal
 			select {
-			case s := <-again: // taken by the campaign's watch, not acted on
-				fmt.Fprintf(stderr, "tenure exec: %v while closing: not waiting for the clean-up (if %s is still held, it expires with the session)\n", s, f.key)
-				stop.abort()
-			case s := <-sigs:
-				fmt.Fprintf(stderr, "tenure exec: %v while closing: not waiting for the clean-up (if %s is still held, it expires with the session)\n", s, f.key)
-				stop.abort()
+			case s = <-again: // taken by the campaign's watch, not acted on
+			case s = <-sigs:
 			case <-shutdownWatch:
+				return
 			}
+			fmt.Fprintf(stderr, "tenure exec: %v while closing: not waiting for the clean-up (if %s is still held, it expires with the session)\n", s, f.key)
+			stop.abort()
 		}()
 	}()
 	if f.metricsAddr != "" {
