@@ -67,16 +67,35 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		}
 	}
 	s.granted = g
+	if err := b.register(s); err != nil {
+		return nil, err
+	}
+	go s.keepAlive()
+	return s, nil
+}
+
+// register makes b track s: its expiry (expireStale) and Close. It refuses
+// s when b is closed, and ends it (tenure.ErrSessionExpired) when the
+// connection's ZooKeeper session is no longer s's: an expiry reported
+// after s's last confirm but before s was tracked would otherwise be
+// noticed only at its next confirm, a renewal interval later. On success
+// the caller must start s.keepAlive, which b.wg now counts.
+func (b *Backend) register(s *session) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, tenure.ErrClosed
+		return tenure.ErrClosed
+	}
+	// Under b.mu: expireStale reads the session id before it takes b.mu,
+	// so a change after this check finds s in b.sessions.
+	if !s.alive() {
+		b.mu.Unlock()
+		return s.expired(errors.New("replaced while the session was opening"))
 	}
 	b.sessions[s] = struct{}{}
 	b.wg.Add(1) // under b.mu: a Close that ends s then waits for its keepAlive
 	b.mu.Unlock()
-	go s.keepAlive()
-	return s, nil
+	return nil
 }
 
 // MaxDeadlineMargin returns the largest DeadlineMargin a session with the
