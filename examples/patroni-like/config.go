@@ -73,6 +73,7 @@ type PostgreSQLConfig struct {
 	DataDir string `yaml:"data_dir"`
 	// BinDir holds initdb, postgres, pg_basebackup, pg_rewind and
 	// pg_controldata. Default: the newest /usr/lib/postgresql/<v>/bin.
+	// Relative paths are relative to the configuration file.
 	BinDir string `yaml:"bin_dir"`
 	// RunAs is the OS user PostgreSQL runs as when the manager runs as root
 	// (PostgreSQL refuses to run as root). Default: "postgres".
@@ -155,7 +156,8 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // ParseConfig decodes YAML from r, applies defaults, makes a relative
-// data_dir relative to baseDir, and validates. Every failure is a
+// data_dir or bin_dir absolute, relative to baseDir (itself relative to
+// the working directory), and validates. Every failure is a
 // *ConfigError.
 func ParseConfig(r io.Reader, baseDir string) (Config, error) {
 	var cfg Config
@@ -177,8 +179,18 @@ func ParseConfig(r io.Reader, baseDir string) (Config, error) {
 		}
 	}
 	cfg = cfg.withDefaults()
-	if cfg.PostgreSQL.DataDir != "" && !filepath.IsAbs(cfg.PostgreSQL.DataDir) {
-		cfg.PostgreSQL.DataDir = filepath.Join(baseDir, cfg.PostgreSQL.DataDir)
+	// Absolute paths: PostgreSQL's programs run in "/" (command), so a
+	// relative one would name a directory there.
+	for _, p := range []*string{&cfg.PostgreSQL.DataDir, &cfg.PostgreSQL.BinDir} {
+		if *p == "" || filepath.IsAbs(*p) {
+			continue
+		}
+		abs, err := filepath.Abs(filepath.Join(baseDir, *p))
+		if err != nil {
+			problems = append(problems, fmt.Errorf("postgresql path %q: %w", *p, err))
+			continue
+		}
+		*p = abs
 	}
 	if err := cfg.Validate(); err != nil {
 		var ce *ConfigError

@@ -27,6 +27,35 @@ members:
   - {name: node2, api: 127.0.0.1:8009, postgres: 127.0.0.1:5433}
 `
 
+// TestLoadConfig_RelativeFileGivesAbsolutePaths: with --config node1.yaml
+// (a relative path, as the README runs it), data_dir and bin_dir come out
+// absolute: PostgreSQL's programs run in "/", where "node1/data" would
+// name /node1/data.
+func TestLoadConfig_RelativeFileGivesAbsolutePaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(goodConfig, "  data_dir: node1/data\n", "  data_dir: node1/data\n  bin_dir: bin\n", 1)
+	if text == goodConfig {
+		t.Fatal("the test's config has no data_dir line to extend")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "node1.yaml"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	cfg, err := LoadConfig("node1.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "node1", "data"); cfg.PostgreSQL.DataDir != want {
+		t.Errorf("data_dir = %q, want %q", cfg.PostgreSQL.DataDir, want)
+	}
+	if want := filepath.Join(dir, "bin"); cfg.PostgreSQL.BinDir != want {
+		t.Errorf("bin_dir = %q, want %q", cfg.PostgreSQL.BinDir, want)
+	}
+}
+
 // TestParseConfig_DefaultsAndPaths reads a valid file: defaults are applied,
 // a relative data_dir is taken relative to the file, and the keys derive
 // from the scope.
