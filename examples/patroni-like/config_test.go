@@ -234,3 +234,21 @@ func TestRun_EndsWithItsContextAndTakesItsChildren(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestHBAConf_TrustsEveryMembersHost: pg_hba.conf trusts loopback and each
+// member's PostgreSQL host once (IPv4 /32, IPv6 /128, names as written):
+// the manager reaches its own PostgreSQL through its member's address, and
+// standbys replicate from the primary's, so members on 10.0.0.11-13 need
+// those trusted, not only 127.0.0.1.
+func TestHBAConf_TrustsEveryMembersHost(t *testing.T) {
+	got := hbaConf([]string{"10.0.0.11", "10.0.0.12", "127.0.0.1", "::1", "db3.example", "10.0.0.11"})
+	want := "# Written by the patroni-like manager: loopback and the members' hosts, no password.\n" +
+		"host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n" +
+		"host all all 10.0.0.11/32 trust\nhost replication all 10.0.0.11/32 trust\n" +
+		"host all all 10.0.0.12/32 trust\nhost replication all 10.0.0.12/32 trust\n" +
+		"host all all ::1/128 trust\nhost replication all ::1/128 trust\n" +
+		"host all all db3.example trust\nhost replication all db3.example trust\n"
+	if got != want {
+		t.Errorf("hbaConf:\n%s\nwant:\n%s", got, want)
+	}
+}

@@ -37,6 +37,7 @@ type Postgres struct {
 	host   string
 	port   int
 	name   string
+	peers  []string // every member's PostgreSQL host, this one's included
 	params map[string]string
 	cred   *syscall.Credential // nil: the manager's own user
 	logf   string
@@ -64,6 +65,11 @@ func NewPostgres(cfg Config) (*Postgres, error) {
 	n, _ := strconv.Atoi(port)
 	p := &Postgres{bin: bin, data: cfg.PostgreSQL.DataDir, host: host, port: n, name: cfg.Name,
 		params: cfg.PostgreSQL.Parameters, logf: cfg.PostgreSQL.DataDir + ".log"}
+	for _, m := range cfg.Members {
+		if h, _, err := net.SplitHostPort(m.Postgres); err == nil { // validated
+			p.peers = append(p.peers, h)
+		}
+	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(cfg.PostgreSQL.RunAs)
 		if err != nil {
@@ -380,7 +386,7 @@ func (p *Postgres) MarkedNeedsRewind() bool {
 
 // writeBaseConf appends the settings every member needs to postgresql.conf
 // (copied by pg_basebackup and pg_rewind to the others) and trusts
-// loopback connections. What is the member's own (its address, its
+// connections from loopback and the members' hosts (hbaConf). What is the member's own (its address, its
 // parameters) goes to managerConf (Configure), which each member writes
 // for itself.
 func (p *Postgres) writeBaseConf() error {
@@ -410,9 +416,34 @@ func (p *Postgres) writeBaseConf() error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	hba := "# Written by the patroni-like manager: loopback, no password.\n" +
-		"host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n"
-	return p.writeFile("pg_hba.conf", hba)
+	return p.writeFile("pg_hba.conf", hbaConf(p.peers))
+}
+
+// hbaConf is the pg_hba.conf every member shares: trust, no password,
+// from loopback and from each member's PostgreSQL host. The manager
+// connects to its own PostgreSQL through its member's address, and a
+// standby replicates from the primary's, so a member on 10.0.0.11 needs
+// 10.0.0.11 trusted on every member.
+func hbaConf(hosts []string) string {
+	var b strings.Builder
+	b.WriteString("# Written by the patroni-like manager: loopback and the members' hosts, no password.\n")
+	seen := map[string]bool{}
+	for _, h := range append([]string{"127.0.0.1"}, hosts...) {
+		addr := h // a host name: PostgreSQL checks it both ways in DNS
+		if ip := net.ParseIP(h); ip != nil {
+			bits := 128
+			if ip.To4() != nil {
+				bits = 32
+			}
+			addr = fmt.Sprintf("%s/%d", ip, bits)
+		}
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		fmt.Fprintf(&b, "host all all %s trust\nhost replication all %s trust\n", addr, addr)
+	}
+	return b.String()
 }
 
 func (p *Postgres) writeFile(name, text string) error {
