@@ -302,10 +302,14 @@ func startCandidate(name, key, endpoint string, events chan<- demoEvent) (*candi
 	go func() {
 		c.done <- e.Run(ctx, tenure.Callbacks{
 			OnElected: func(lctx context.Context, term tenure.Term) {
-				events <- demoEvent{who: name, what: "elected", term: term, at: time.Now()}
+				// The channel that resignNow closes after this event is
+				// received: read before the event is sent, or a resignation
+				// made at once could close one and leave this term waiting
+				// on the next.
 				c.mu.Lock()
 				resign := c.resign
 				c.mu.Unlock()
+				events <- demoEvent{who: name, what: "elected", term: term, at: time.Now()}
 				select {
 				case <-lctx.Done():
 					events <- demoEvent{who: name, what: "stopped", term: term, reason: context.Cause(lctx), at: time.Now()}
