@@ -11,20 +11,21 @@ import (
 // int64 has at most 16 hex digits.
 const maxLeaseHex = 16
 
+// EntryLease returns the lease ID that entry, a candidate's entry of key
+// ("<key>/<lease ID in hex>", as tenure.Term.Entry holds it), names; false
+// when entry is not such a name (the lease ID in lower-case hex without
+// leading zeros, as concurrency.Election and tenure write it). For fences: an entry is
+// its holder's only while attached to that lease.
+func EntryLease(key, entry string) (clientv3.LeaseID, bool) {
+	return parseEntry(key, []byte(entry))
+}
+
 // parseEntry parses name, an etcd key that starts with "<key>/", as a
 // candidate's entry of key: "<key>/<lease ID>", the lease ID in lower-case
 // hex without leading zeros, as concurrency.Election and tenure write it
 // (fmt's %x of a positive int64). It returns false for anything else under
 // the prefix: a nested key's entry ("<key>/<sub>/<lease>"), a name with
 // upper-case, leading zeros or a sign, or another client's data.
-// EntryLease returns the lease ID that entry, a candidate's entry of key
-// ("<key>/<lease ID in hex>", as tenure.Term.Entry holds it), names; false
-// when entry is not such a name (see parseEntry). For fences: an entry is
-// its holder's only while attached to that lease.
-func EntryLease(key, entry string) (clientv3.LeaseID, bool) {
-	return parseEntry(key, []byte(entry))
-}
-
 func parseEntry(key string, name []byte) (clientv3.LeaseID, bool) {
 	p := prefix(key)
 	if len(name) <= len(p) || string(name[:len(p)]) != p {

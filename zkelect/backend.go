@@ -482,7 +482,9 @@ func (b *Backend) Leader(ctx context.Context, key string) (tenure.Leader, error)
 }
 
 // leader reads the lowest contender; with watch, it also returns a channel
-// that fires on the next change of key's children (or of the lowest node).
+// that fires on the next change of key's children, or, while key's node
+// does not exist, when it is created. The head's data is not watched: a
+// candidate's identity is written once, with its node.
 func (b *Backend) leader(ctx context.Context, key string, watch bool) (tenure.Leader, <-chan zk.Event, error) {
 	type out struct {
 		children []string
