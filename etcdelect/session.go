@@ -49,6 +49,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		granted:  election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second},
 		loopDone: make(chan struct{}),
 	}
+	s.renewed = s.granted
 	s.Init()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	go s.keepAlive()
@@ -76,6 +77,19 @@ type session struct {
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
 	loopDone chan struct{}
+
+	renewMu sync.Mutex
+	renewed election.Renewal // the latest acknowledged renewal (the grant at first)
+}
+
+// surelyLive reports whether the lease cannot have expired on the server
+// yet: its latest acknowledged renewal, counted from before it was sent,
+// has time left on the local clock.
+func (s *session) surelyLive() bool {
+	s.renewMu.Lock()
+	r := s.renewed
+	s.renewMu.Unlock()
+	return s.opts.Now().Before(r.Sent.Add(r.TTL))
 }
 
 func (s *session) Granted() election.Renewal { return s.granted }
@@ -114,7 +128,13 @@ func (s *session) keepAlive() {
 			t.Reset(every / 4)
 			continue
 		}
-		s.Push(election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second})
+		r := election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second}
+		s.renewMu.Lock()
+		if r.Sent.After(s.renewed.Sent) {
+			s.renewed = r
+		}
+		s.renewMu.Unlock()
+		s.Push(r)
 		t.Reset(every)
 	}
 }
@@ -207,9 +227,14 @@ func (s *session) Close(ctx context.Context) error {
 
 // lost explains why t's entry disappeared: its lease is gone (the session
 // expired or was revoked) or someone else deleted it.
+//
+// etcd reports a lease's time to live in whole seconds, truncated, and -1
+// for a lease it does not have: 0 is a lease with less than a second left,
+// or one expired less than a second ago and not revoked yet. So 0 means
+// expired only when the session's own renewals cannot show the lease live.
 func (s *session) lost(ctx context.Context, t election.Ticket) error {
 	resp, err := s.cli.TimeToLive(ctx, s.id)
-	if err == nil && resp.TTL <= 0 || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && (resp.TTL < 0 || resp.TTL == 0 && !s.surelyLive()) {
 		return s.expired(fmt.Errorf("entry %s deleted with its lease", t.Name))
 	}
 	return fmt.Errorf("%w: etcd entry %s (revision %d) was deleted, replaced or detached from the session's lease", tenure.ErrOwnershipLost, t.Name, t.Token)
