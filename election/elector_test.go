@@ -239,6 +239,63 @@ func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
 	<-runDone
 }
 
+// TestClose_AfterTheDeadlineWaitsForTheWorkBeforeReleasing: a leader cut
+// off past its deadline, whose work ignores its cancelled context and whose
+// OnHardStop does not exit, keeps its entry once the link is back (the
+// session is renewed again) until the work returns. A Close whose ctx ends
+// while it waits for the work leaves the rest to the background, "once the
+// work returns": its stop of the lease ended the monitor's wait for the
+// work, the session was closed, and b was elected while a's work still ran.
+func TestClose_AfterTheDeadlineWaitsForTheWorkBeforeReleasing(t *testing.T) {
+	srv, key, ctx := setup(t)
+	cfg := election.Config{Key: key, Identity: "a", TTL: 3 * time.Second, RenewInterval: 500 * time.Millisecond, DeadlineMargin: 1500 * time.Millisecond}
+	ac := srv.Client()
+	a, err := election.New(ac, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	b, _ := newElector(t, srv, key, "b", 3*time.Second)
+	working, release, runDone := runStubborn(ctx, a)
+	heal := ac.CutOff()
+	var bWhileWorking atomic.Bool
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := b.Campaign(ctx)
+		if err == nil && working.Load() {
+			bWhileWorking.Store(true)
+		}
+		bDone <- err
+	}()
+	electiontest.WaitFor(t, 10*time.Second, "a's term to end at its deadline", func() bool { return errors.Is(a.Err(), tenure.ErrLeaseExpired) })
+	heal()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = a.Close(cctx)
+	cancel()
+	if !errors.Is(err, tenure.ErrCanceled) {
+		t.Errorf("Close while the work runs: %v, want ErrCanceled after its 200 ms", err)
+	}
+	// Past the margin after the deadline, with the session renewed since
+	// the heal: only the elector could release the entry.
+	time.Sleep(2 * time.Second)
+	if n := srv.Entries(key); n != 2 || bWhileWorking.Load() {
+		t.Errorf("%d entries while a's work still runs (b elected: %v), want a's and b's", n, bWhileWorking.Load())
+	}
+	close(release)
+	select {
+	case err := <-bDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("b not elected 30s after a's work returned")
+	}
+	if bWhileWorking.Load() {
+		t.Error("b was elected while a's elected work was still running")
+	}
+	<-runDone
+}
+
 // TestClose_ConcurrentCloseWaitsForTheFirst: a second Close returns only
 // once the first has finished (work returned, entry gone). It returned nil
 // at once before.

@@ -219,11 +219,10 @@ func (l *lease) run() {
 				// Closed on this side (its backend is closing): the
 				// server still has the session's entries, and closing the
 				// session deletes them and lets the next candidate in. As
-				// a resignation does, wait for the elected work first.
-				select {
-				case <-l.idleCh():
-				case <-l.stopCh:
-				}
+				// a resignation does, wait for the elected work first,
+				// a stop included (Close's, in the background, once its
+				// ctx ended while it waited for the work).
+				<-l.idleCh()
 			}
 			return
 		case <-l.stopCh:
@@ -246,8 +245,10 @@ func (l *lease) run() {
 
 // expire ends the lease at its deadline: its terms end with
 // ErrLeaseExpired, and the session is closed (by run's return) only
-// DeadlineMargin later, and not while elected work still runs, unless the
-// lease is being stopped.
+// DeadlineMargin later, and not while elected work still runs, even when
+// the lease is being stopped: Close stops it in the background when its
+// ctx ended while it waited for the work, to release the entries once the
+// work returns.
 func (l *lease) expire() {
 	l.cancel(&LeaseExpiredError{Deadline: l.Deadline()})
 	l.onLost()
@@ -260,10 +261,7 @@ func (l *lease) expire() {
 	// the next leader at once.
 	margin := time.NewTimer(l.margin)
 	<-margin.C
-	select {
-	case <-l.idleCh():
-	case <-l.stopCh:
-	}
+	<-l.idleCh()
 }
 
 // closeSession ends the session on the server on a fresh bounded context:
