@@ -37,10 +37,10 @@ func WithMetrics(m *Metrics) Option {
 }
 
 // WithClock sets the clock read for lease deadlines. Default: the system
-// clock (time.Now).
+// clock (time.Now), also when c is nil (a nil pointer or func included).
 func WithClock(c Clock) Option {
 	return func(e *Elector) {
-		if c != nil {
+		if !isnil.Nil(c) {
 			e.clock = c
 		}
 	}

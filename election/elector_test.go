@@ -296,6 +296,36 @@ func TestClose_AfterTheDeadlineWaitsForTheWorkBeforeReleasing(t *testing.T) {
 	<-runDone
 }
 
+// ptrClock is a Clock whose Now reads its receiver.
+type ptrClock struct{ now time.Time }
+
+func (c *ptrClock) Now() time.Time { return c.now }
+
+// TestWithClock_ANilPointerIsTheSystemClock: WithClock of a nil *T (a Clock
+// whose Now reads its receiver) keeps the system clock, as a nil Clock
+// does. It was taken, and the first Campaign panicked.
+func TestWithClock_ANilPointerIsTheSystemClock(t *testing.T) {
+	srv, key, ctx := setup(t)
+	var c *ptrClock
+	e, _ := newElector(t, srv, key, "a", time.Second, election.WithClock(c))
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("panic: %v", r)
+			}
+		}()
+		_, err := e.Campaign(ctx)
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("Campaign with WithClock of a nil *ptrClock: %v", err)
+	}
+	if !e.IsLeader() {
+		t.Fatal("not leader after Campaign")
+	}
+}
+
 // TestClose_ConcurrentCloseWaitsForTheFirst: a second Close returns only
 // once the first has finished (work returned, entry gone). It returned nil
 // at once before.
