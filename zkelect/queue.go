@@ -465,6 +465,23 @@ func (s *session) watch(ctx context.Context, p string) (<-chan zk.Event, *zk.Sta
 	return r.ch, r.st, r.ok, nil
 }
 
+// watchChildren reads key's children and watches them for their next
+// change.
+func (s *session) watchChildren(ctx context.Context, key string) ([]string, <-chan zk.Event, error) {
+	type res struct {
+		children []string
+		ch       <-chan zk.Event
+	}
+	r, err := call(ctx, s.b, func() (res, error) {
+		c, _, ch, err := s.b.conn.ChildrenW(key)
+		return res{c, ch}, err
+	}, nil)
+	if err != nil {
+		return nil, nil, translate("watch children of "+key, err)
+	}
+	return r.children, r.ch, nil
+}
+
 // WaitHead implements election.Session. Tokens are set at Enqueue, so t
 // comes back unchanged.
 func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Ticket, error) {
@@ -474,7 +491,11 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 // waitHead waits until t is the lowest contender, watching only its
 // predecessor (and its own node, when Enqueue had to read it and left a
 // watch), and returns after a queue read made since the predecessor went
-// shows t's node first. Transient failures are retried until ctx ends.
+// shows t's node first. Transient failures are retried until ctx ends; a
+// read of the queue that the key's ACL refuses is returned
+// (tenure.ErrInvalidConfig). A predecessor whose ACL refuses this client
+// (ZooKeeper then sends it no event of that node) is waited on through a
+// watch of the queue's children instead.
 //
 // A waiter does not watch its own node (one request per handoff less): a
 // waiter whose node was deleted learns it at its next wake-up, when the
@@ -495,6 +516,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		i, before, err := s.queue(ctx, t, read)
 		read = nil
 		if err != nil {
+			if errors.Is(err, tenure.ErrInvalidConfig) {
+				return err // refused by the key's ACL: reading again will not help
+			}
 			if !pause(ctx) {
 				return ctx.Err()
 			}
@@ -535,6 +559,25 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			continue
 		}
 		predCh, _, ok, err := s.watch(ctx, pred)
+		if errors.Is(err, tenure.ErrInvalidConfig) {
+			// The predecessor's ACL denies this client READ (another
+			// digest user's node; Curator with a creator-only
+			// ACLProvider): ZooKeeper neither answers a read of it nor
+			// sends this client its events. Watch the queue itself:
+			// every change of it wakes this waiter, which reads it again.
+			var children []string
+			children, predCh, err = s.watchChildren(ctx, t.Key)
+			if errors.Is(err, tenure.ErrInvalidConfig) {
+				return err
+			}
+			if err == nil {
+				if _, b, found := position(children, path.Base(t.Name)); !found || b.name != before.name {
+					read = &children // the queue changed since the last read
+					continue
+				}
+				ok = true
+			}
+		}
 		if err != nil {
 			if !pause(ctx) {
 				return ctx.Err()
