@@ -49,9 +49,19 @@ func (s *session) ensureParents(ctx context.Context, key string) (madeKey bool, 
 	p := ""
 	for _, c := range parts {
 		p += "/" + c
+		var undo func(string, error)
+		if p == key {
+			// Given up in flight (ctx ended), the key's create may still
+			// be made, and no child would ever be queued under it.
+			undo = func(_ string, err error) {
+				if err == nil {
+					s.b.dropUnusedKey(key)
+				}
+			}
+		}
 		_, err := call(ctx, s.b, func() (string, error) {
 			return s.b.conn.CreateContainer(p, nil, zk.FlagContainer, s.b.acl)
-		}, nil)
+		}, undo)
 		if err == nil {
 			madeKey = p == key
 			continue
@@ -60,6 +70,12 @@ func (s *session) ensureParents(ctx context.Context, key string) (madeKey bool, 
 			continue
 		}
 		if _, ok, serr := s.stat(ctx, p); serr == nil && ok {
+			// The create's reply was lost and the key is there: count it
+			// as made here (dropUnusedKey leaves a key that has had a
+			// child). Not on a refusal: the key was there before.
+			if p == key && (errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)) {
+				madeKey = true
+			}
 			continue
 		}
 		return madeKey, translate("create "+p, err)
