@@ -247,3 +247,70 @@ func TestEnqueue_GivenUpPutThatLandsLateLeavesNoEntry(t *testing.T) {
 	}
 	t.Logf("%d of 12 puts given up in flight, no entry left", gaveUp)
 }
+
+// TestEnqueue_RefusedRetryAfterALostReplyLeavesNoEntry: a put lands but
+// its reply is lost (the connection is cut); the retry is refused, the
+// service's role having lost its permission meanwhile. The refusal says
+// nothing of the first put, whose entry stood under the live, renewed
+// session for as long as the elector lived, an entry no campaign knew of.
+// Enqueue now gives the session up, so the entry goes with its lease.
+func TestEnqueue_RefusedRetryAfterALostReplyLeavesNoEntry(t *testing.T) {
+	s := startSecureEtcd(t)
+	p, err := faultproxy.New(s.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cfg := s.config(t, "billing", billingPassword)
+	cfg.Endpoints = []string{p.Addr()}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := ctxT(t, 60*time.Second)
+	const key = "billing/refused-retry"
+	const ttl = 3 * time.Second
+	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "a", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	// A first term opens the session that the next campaign reuses, so
+	// that its first request is the put.
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Delay(time.Second) // the put's reply comes 1 s after the put lands
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Campaign(ctx)
+		done <- err
+	}()
+	waitFor(t, "the put to land", func() bool { return len(s.keys(t, key+"/")) == 1 })
+	role, prefix := "tenure-billing", "billing/"
+	if _, err := s.root.RoleRevokePermission(ctx, role, prefix, clientv3.GetPrefixRangeEnd(prefix)); err != nil {
+		t.Fatal(err)
+	}
+	p.Cut() // the reply, still held, is lost
+	p.Delay(0)
+	if err := <-done; !errors.Is(err, tenure.ErrInvalidConfig) {
+		t.Fatalf("Campaign whose retry is refused = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := s.root.RoleGrantPermission(ctx, role, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	// The revoke of the given-up session is refused (the permission was
+	// gone): the lease expires a TTL after its last renewal.
+	deadline := time.Now().Add(ttl + 3*time.Second)
+	for len(s.keys(t, key+"/")) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first put's entry %v still stands %v after the refusal: its session lives on", s.keys(t, key+"/"), ttl+3*time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

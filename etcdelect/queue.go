@@ -32,6 +32,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 	name := entryName(key, s.id)
 	s.drainOwnWatch(name)
 	var resp *clientv3.TxnResponse
+	unknown := false // an earlier attempt failed with its outcome unknown
 	for {
 		var err error
 		resp, err = s.cli.Txn(ctx).
@@ -43,12 +44,18 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (election.T
 			break
 		}
 		err = translate("enqueue", err)
-		if errors.Is(err, tenure.ErrUnavailable) && pause(ctx) {
-			continue
+		if errors.Is(err, tenure.ErrUnavailable) {
+			unknown = true
+			if pause(ctx) {
+				continue
+			}
 		}
 		switch {
-		case errors.Is(err, tenure.ErrInvalidConfig):
-			// Refused (permission denied): nothing was written.
+		case errors.Is(err, tenure.ErrInvalidConfig) && !unknown:
+			// Refused (permission denied): nothing was written. (After
+			// an attempt whose outcome is unknown, a refusal, say of a
+			// role that lost its permission meanwhile, proves nothing
+			// of that attempt's put: the default case gives it up.)
 		case errors.Is(err, tenure.ErrSessionExpired):
 			s.expired(err) // the lease is gone, and any entry with it
 		default:
