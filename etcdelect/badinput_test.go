@@ -3,6 +3,7 @@ package etcdelect_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -431,4 +432,73 @@ func awaitElectedAfterDetach(t *testing.T, elected <-chan time.Time, detached ti
 	case <-time.After(4 * detachTTL):
 		t.Fatalf("b not elected %v after a's entry was detached: it waits on a key no lease ends", 4*detachTTL)
 	}
+}
+
+// TestBadInput_LeaselessKeyRewrittenOftenIsStillSkipped: another program
+// keeps a key named like an entry ("<key>/42", no lease) ahead of the
+// queue and rewrites it every 300 ms. Each rewrite pushed the waiter's
+// lease check back a full TTL, so the check never came and the queue
+// stopped behind the key for as long as it was rewritten. A look is now
+// re-armed only when a key is detached from its lease, not when a key
+// off one already is written again: the waiter leads within a few TTLs.
+func TestBadInput_LeaselessKeyRewrittenOftenIsStillSkipped(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := electiontest.Key(t)
+	admin, elector := detachSetup(t, key)
+	if _, err := admin.Put(ctx, key+"/42", "0"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for i := 1; wctx.Err() == nil; i++ {
+			admin.Put(wctx, key+"/42", fmt.Sprint(i))
+			select {
+			case <-wctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	e := elector("tenure")
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 5*detachTTL)
+	defer cancel()
+	if _, err := e.Campaign(cctx); err != nil {
+		t.Fatalf("Campaign behind a leaseless key rewritten every 300 ms: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	}
+	took := time.Since(start)
+	t.Logf("elected %v after campaigning behind a leaseless key rewritten every 300 ms (TTL %v)", took.Round(time.Millisecond), detachTTL)
+	if took > 3*detachTTL {
+		t.Fatalf("elected after %v, want within 3 TTLs", took)
+	}
+}
+
+// TestBadInput_DetachedEntryRewrittenWaitsATTLFromTheDetach: a leader's
+// entry detached from its lease and then rewritten every 300 ms: the
+// waiter leads a TTL after the detach (its holder, cut off, may lead
+// until its deadline), not never.
+func TestBadInput_DetachedEntryRewrittenWaitsATTLFromTheDetach(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := electiontest.Key(t)
+	admin, elector := detachSetup(t, key)
+	a, b := elector("a"), elector("b")
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elected := campaignAt(ctx, b)
+	waitPos(t, b, 1)
+	detached := time.Now()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for i := 0; wctx.Err() == nil; i++ {
+			admin.Put(wctx, ta.Entry, fmt.Sprint(i)) // no lease
+			select {
+			case <-wctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	awaitElectedAfterDetach(t, elected, detached)
 }

@@ -354,6 +354,13 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	if !verified || detachedMeanwhile {
 		look()
 	}
+	// Whether pred was on its lease as of the last change seen: known
+	// when read with its lease (verified) or from an event. A look is
+	// re-armed only when pred is detached from its lease, not on every
+	// write to a key that is off one already (another client's key named
+	// like an entry, rewritten every few seconds, would otherwise be
+	// looked at never, and the queue would stop behind it).
+	attached, known := !detachedMeanwhile, verified
 	for {
 		select {
 		case <-ctx.Done():
@@ -367,7 +374,8 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != pred.CreateRevision {
 					return wr.Header.Revision, nil
 				}
-				if !isEntry(t.Key, ev.Kv) {
+				now := isEntry(t.Key, ev.Kv)
+				if !now && (attached || !known) {
 					// Detached from its lease (etcdctl put <entry> x): no
 					// lease will end it. Its holder learns of it from the
 					// same event, or, cut off, demotes at its deadline:
@@ -376,6 +384,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 					armedRev = ev.Kv.ModRevision
 					look()
 				}
+				attached, known = now, true
 			}
 		case wr, ok := <-ow.ch:
 			if !ok || wr.Err() != nil {
@@ -397,11 +406,12 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 				return 0, nil // gone meanwhile
 			}
 			if !isEntry(t.Key, g.Kvs[0]) {
-				if g.Kvs[0].ModRevision > armedRev {
-					// Changed after the look was armed (detached as it
-					// came due, its event not read yet): a full TTL
-					// from that change.
+				if g.Kvs[0].ModRevision > armedRev && s.attachedAt(ctx, t.Key, pred, armedRev) {
+					// Detached after the look was armed (as it came due,
+					// its event not read yet): a full TTL from the
+					// latest change.
 					armedRev = g.Kvs[0].ModRevision
+					attached, known = false, true
 					look()
 					continue
 				}
@@ -411,6 +421,17 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			}
 		}
 	}
+}
+
+// attachedAt reports whether pred's key, as created at pred's create
+// revision, was on its lease at revision rev; true also when that cannot
+// be read (compacted, a failed read): a look is then armed again.
+func (s *session) attachedAt(ctx context.Context, key string, pred *mvccpb.KeyValue, rev int64) bool {
+	g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithRev(rev))
+	if err != nil {
+		return true
+	}
+	return len(g.Kvs) == 1 && g.Kvs[0].CreateRevision == pred.CreateRevision && isEntry(key, g.Kvs[0])
 }
 
 // skipStale skips every key older than t named like an entry and off its
