@@ -2,7 +2,10 @@ package zkelect_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,19 +16,49 @@ import (
 	"github.com/tenure-go/tenure/zkelect"
 )
 
+// opCreateContainer is ZooKeeper's opcode of a container's create.
+const opCreateContainer = 19
+
+// hookConn calls onContainer once a container create request has been
+// written (go-zookeeper writes one request per Write).
+type hookConn struct {
+	net.Conn
+	onContainer func()
+}
+
+func (c *hookConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if len(b) >= 12 && int32(binary.BigEndian.Uint32(b[8:12])) == opCreateContainer {
+		c.onContainer()
+	}
+	return n, err
+}
+
 // TestEnqueue_KeyCreateGivenUpInFlightLeavesNoKey: an Enqueue whose ctx
 // ends while its create of the key's node is in flight leaves no key
 // behind once that create lands. ZooKeeper never deletes a container that
 // never had a child, so the key used to stay for good.
 func TestEnqueue_KeyCreateGivenUpInFlightLeavesNoKey(t *testing.T) {
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t, 60*time.Second)
 	p, err := faultproxy.New(server.Endpoints()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
+	var giveUp atomic.Pointer[context.CancelFunc]
+	dialer := func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &hookConn{Conn: c, onContainer: func() {
+			if f := giveUp.Load(); f != nil {
+				(*f)() // the create is on its way: give up
+			}
+		}}, nil
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	b, err := zkelect.Dial(dctx, []string{p.Addr()}, ttl)
+	b, err := zkelect.Dial(dctx, []string{p.Addr()}, ttl, zkelect.WithDialer(dialer))
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -38,24 +71,32 @@ func TestEnqueue_KeyCreateGivenUpInFlightLeavesNoKey(t *testing.T) {
 	defer sess.Close(ctx)
 	key := fmt.Sprintf("/unused-key-%d", time.Now().UnixNano())
 	admin := rawConn(t, "", "")
+	there, _, created, err := admin.ExistsW(key)
+	if err != nil || there {
+		t.Fatalf("ExistsW(%s): %v, %v", key, there, err)
+	}
 
-	// A round trip takes 300 ms: the node's create answers NoNode at about
-	// 300 ms, the key's create leaves then and is answered at about 600.
-	p.Delay(150 * time.Millisecond)
-	ectx, cancel := context.WithTimeout(ctx, 450*time.Millisecond)
+	// The key's create is held 200 ms each way by the proxy: the Enqueue
+	// gives up as soon as it has been written, and it lands after.
+	p.Delay(200 * time.Millisecond)
+	ectx, cancelEnqueue := context.WithCancel(ctx)
+	giveUp.Store(&cancelEnqueue)
 	_, err = sess.Enqueue(ectx, key, "a")
-	cancel()
+	cancelEnqueue()
 	if err == nil {
-		t.Fatal("Enqueue succeeded in 450 ms over 300 ms round trips")
+		t.Fatal("Enqueue succeeded although it gave up once its create of the key was written")
+	}
+	select {
+	case ev := <-created:
+		if ev.Type != zk.EventNodeCreated {
+			t.Fatalf("the watch on the key: %+v, want its creation", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the key's create, written before Enqueue gave up, never landed")
 	}
 	p.Delay(0)
-	made := false
-	waitUntil(t, "the abandoned create of the key to land and the key to go", func() bool {
+	waitUntil(t, "the abandoned key to go", func() bool {
 		ok, _, err := admin.Exists(key)
-		made = made || ok
-		return err == nil && !ok && made
+		return err == nil && !ok
 	})
-	if c, _, err := admin.Children(key); err != zk.ErrNoNode {
-		t.Fatalf("key %s: children %v, %v; want no node", key, c, err)
-	}
 }
