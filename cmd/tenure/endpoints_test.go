@@ -100,3 +100,45 @@ func TestLeader_MemberWithoutQuorumFailsInTime(t *testing.T) {
 		t.Fatalf("stderr %q does not say the read outlasted --dial-timeout", p.stderr)
 	}
 }
+
+// TestLeader_ASilentFirstEndpointDoesNotHideTheOthers: of two etcd
+// endpoints, the first accepts connections and never answers (a member
+// powered off behind a dropped route). The endpoints were probed one after
+// the other under one --dial-timeout, which the first used up: exit 2,
+// "cannot reach etcd", while the second answered at once. They are probed
+// together now.
+func TestLeader_ASilentFirstEndpointDoesNotHideTheOthers(t *testing.T) {
+	silent := newProxy(t, endpoint)
+	silent.Blackhole()
+	start := time.Now()
+	out, code := runCLI(t, "leader", "--backend", "etcd", "--endpoints", silent.Addr()+","+endpoint, "--key", testKey(t), "--dial-timeout", "3s")
+	took := time.Since(start)
+	if code != exitVacant || strings.TrimSpace(out) != "vacant" {
+		t.Fatalf("tenure leader with a silent first endpoint: %q, exit %d after %v; want vacant, 3", out, code, took.Round(time.Millisecond))
+	}
+	if took > 2*time.Second {
+		t.Errorf("took %v: the silent endpoint held up the one that answers", took.Round(time.Millisecond))
+	}
+}
+
+// TestEndpoints_MalformedAreRefusedAtOnce: an endpoint whose port is not a
+// number from 1 to 65535, or whose host holds a space, is refused before
+// anything is dialled (exit 2), not after a --dial-timeout spent trying.
+func TestEndpoints_MalformedAreRefusedAtOnce(t *testing.T) {
+	for _, backend := range []string{"etcd", "zk"} {
+		key := "k"
+		if backend == "zk" {
+			key = "/k"
+		}
+		for _, ep := range []string{"127.0.0.1:abc", "a b:2379", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:-1"} {
+			start := time.Now()
+			_, errOut, code := runTenure(t, nil, "leader", "--backend", backend, "--endpoints", ep, "--key", key, "--dial-timeout", "5s")
+			if code != 2 || !strings.Contains(errOut, "is not HOST:PORT") {
+				t.Errorf("%s --endpoints %q: exit %d, stderr %q; want 2, is not HOST:PORT", backend, ep, code, errOut)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("%s --endpoints %q refused after %v", backend, ep, took.Round(time.Millisecond))
+			}
+		}
+	}
+}

@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -258,8 +260,9 @@ func (c *common) endpointList() ([]string, error) {
 		if ep == "" {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")); err != nil || port == "" {
-			return nil, fmt.Errorf("endpoint %q is not HOST:PORT", ep)
+		host, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"))
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || strings.ContainsFunc(host, unicode.IsSpace) || perr != nil || n == 0 {
+			return nil, fmt.Errorf("endpoint %q is not HOST:PORT (a port from 1 to 65535)", ep)
 		}
 		eps = append(eps, ep)
 	}
@@ -285,15 +288,29 @@ func (c *common) connect(ctx context.Context) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, c.sec.etcdDialError(c.endpoints.list, c.dialTimeout, err)
 	}
+	// Every endpoint at once: one that accepts and never answers (a
+	// member powered off, behind a dropped route) must not use up the
+	// time the others need.
 	pctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()
-	var errs []error
-	for _, ep := range eps {
-		if _, err := cli.Status(pctx, ep); err == nil {
+	type probe struct {
+		i   int
+		err error
+	}
+	probes := make(chan probe, len(eps)) // never blocks: the probes end after cancel
+	for i, ep := range eps {
+		go func() {
+			_, err := cli.Status(pctx, ep)
+			probes <- probe{i, err}
+		}()
+	}
+	errs := make([]error, len(eps))
+	for range eps {
+		p := <-probes
+		if p.err == nil {
 			return cli, nil
-		} else {
-			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
 		}
+		errs[p.i] = fmt.Errorf("%s: %w", eps[p.i], p.err)
 	}
 	cli.Close()
 	return nil, fmt.Errorf("%w: cannot reach etcd within %v: %w", tenure.ErrUnavailable, c.dialTimeout, errors.Join(errs...))
