@@ -119,9 +119,19 @@ Flags:
 				return // the backend may report the same leader twice
 			}
 			last = &l
-			if err := print(l); err != nil && writeErr == nil {
-				writeErr = err
-				stopWatch()
+			// A reader that stalls (its pipe full) must not hold the
+			// watch past a signal: the write waits in a goroutine of its
+			// own, and the callback returns when the watch ends. Lines
+			// stay in order: the next waits for this one.
+			wrote := make(chan error, 1)
+			go func() { wrote <- print(l) }()
+			select {
+			case err := <-wrote:
+				if err != nil && writeErr == nil {
+					writeErr = err
+					stopWatch()
+				}
+			case <-wctx.Done():
 			}
 		})
 		switch {
