@@ -1,5 +1,11 @@
 package zkelect
 
+import (
+	"reflect"
+	"sync"
+	"unsafe"
+)
+
 // TapMisses returns how many of b's creates Enqueue had to read back
 // because the tap had no record of their reply.
 func TapMisses(b *Backend) uint64 { return b.tap.misses.Load() }
@@ -34,3 +40,21 @@ func ServerRole(b *Backend) string {
 
 // ReadsOfRole counts the connections of b whose server's role was read.
 func ReadsOfRole(b *Backend) uint64 { return b.roleReads.Load() }
+
+// WatchersOf counts the channels go-zookeeper keeps for watches on node
+// p (data and exists watches) on b's connection: go-zookeeper can remove
+// none before p changes.
+func WatchersOf(b *Backend, p string) int {
+	v := reflect.ValueOf(b.conn).Elem()
+	mu := (*sync.Mutex)(unsafe.Pointer(v.FieldByName("watchersLock").UnsafeAddr()))
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	it := v.FieldByName("watchers").MapRange()
+	for it.Next() {
+		if it.Key().Field(0).String() == p {
+			n += it.Value().Len()
+		}
+	}
+	return n
+}

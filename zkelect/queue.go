@@ -574,8 +574,19 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			}
 			continue
 		}
-		predCh, _, ok, err := s.watch(ctx, pred)
+		var (
+			predCh <-chan zk.Event
+			ok     bool
+			taken  *parkedPred // the parked watch predCh came from
+		)
+		parkable := true // a data watch on pred (not the queue's)
+		if taken = s.b.takePred(pred); taken != nil {
+			predCh, ok = taken.ch, true
+		} else {
+			predCh, _, ok, err = s.watch(ctx, pred)
+		}
 		if errors.Is(err, tenure.ErrInvalidConfig) {
+			parkable = false
 			// The predecessor's ACL denies this client READ (another
 			// digest user's node; Curator with a creator-only
 			// ACLProvider): ZooKeeper neither answers a read of it nor
@@ -604,6 +615,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			continue // gone already: read the queue again
 		}
 		w, err := s.wake(ctx, t.Key, predCh, ownCh)
+		if !w.woke && parkable {
+			s.b.parkPred(pred, predCh, taken)
+		}
 		switch {
 		case w.ended:
 			return s.Err()
@@ -812,6 +826,63 @@ func pause(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// A wait that gives up (its ctx ended) leaves its watch on the predecessor
+// behind: go-zookeeper cannot remove a watch, and keeps every channel it
+// handed out for a node until the node changes. A waiter that gives up
+// again and again behind the same holder (Mutex.Lock with a deadline, in a
+// loop, behind a term of days) would add one channel for each try. The
+// Backend parks the watch a wait gave up instead, for the next wait on the
+// same node to take.
+type parkedPred struct {
+	ch   chan zk.Event // the watch's event, forwarded (capacity 1), then closed
+	done bool          // the watch fired or ended: never parked again (under Backend.mu)
+}
+
+// parkPred keeps ch, the watch on predecessor p of a wait that gave up
+// before it fired, for the next wait on p (takePred). taken is the parked
+// watch ch came from, if it did. When one is parked for p already, ch
+// stays with go-zookeeper until p changes.
+func (b *Backend) parkPred(p string, ch <-chan zk.Event, taken *parkedPred) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.connClosed.Load() || b.preds[p] != nil {
+		return
+	}
+	if taken != nil {
+		if !taken.done {
+			b.preds[p] = taken
+		}
+		return
+	}
+	pw := &parkedPred{ch: make(chan zk.Event, 1)}
+	b.preds[p] = pw
+	b.wg.Add(1) // under b.mu, before Close's connClosed: Close waits for it
+	go func() {
+		defer b.wg.Done()
+		// Ends when p changes, or when the connection's watches end (its
+		// session's expiry, Close).
+		if ev, ok := <-ch; ok {
+			pw.ch <- ev
+		}
+		close(pw.ch)
+		b.mu.Lock()
+		pw.done = true
+		if b.preds[p] == pw {
+			delete(b.preds, p)
+		}
+		b.mu.Unlock()
+	}()
+}
+
+// takePred returns and forgets the watch parked for predecessor p, or nil.
+func (b *Backend) takePred(p string) *parkedPred {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	pw := b.preds[p]
+	delete(b.preds, p)
+	return pw
 }
 
 // parkWatch keeps ch, a watch on node p, for the next WaitHead or
