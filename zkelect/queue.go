@@ -34,8 +34,12 @@ func newGUID() (string, error) {
 	return string(out[:]), nil
 }
 
-// ensureParents creates key and its missing ancestors as container nodes;
-// madeKey reports whether it created key itself.
+// ensureParents creates key and its missing ancestors as container nodes.
+// made lists the nodes it created, and those whose create's reply was
+// lost and which may exist: an Enqueue that fails drops each of them that
+// never had a child (dropUnusedKey), and a create given up in flight drops
+// its node itself once it lands. ZooKeeper never deletes a container that
+// never had a child, and that one keeps its ancestors.
 //
 // A create that fails for another reason than the node's existence is
 // forgiven when the node exists: the server checks the create permission
@@ -44,51 +48,50 @@ func newGUID() (string, error) {
 // ("/apps" closed, "/apps/billing" open to the service) answers NoAuth,
 // not NodeExists. (Curator's mkdirs asks whether each node exists first;
 // this costs that round trip only when a create fails.)
-func (s *session) ensureParents(ctx context.Context, key string) (madeKey bool, err error) {
+func (s *session) ensureParents(ctx context.Context, key string) (made []string, err error) {
 	parts := strings.Split(key[1:], "/")
 	p := ""
 	for _, c := range parts {
 		p += "/" + c
-		var undo func(string, error)
-		if p == key {
-			// Given up in flight (ctx ended), the key's create may still
-			// be made, and no child would ever be queued under it.
-			undo = func(_ string, err error) {
-				if err == nil {
-					s.b.dropUnusedKey(key)
-				}
+		node := p
+		// Given up in flight (ctx ended), the create may still land.
+		undo := func(_ string, err error) {
+			if err == nil || lostReply(err) {
+				s.b.dropUnusedKey(node)
 			}
 		}
 		_, err := call(ctx, s.b, func() (string, error) {
-			return s.b.conn.CreateContainer(p, nil, zk.FlagContainer, s.b.acl)
+			return s.b.conn.CreateContainer(node, nil, zk.FlagContainer, s.b.acl)
 		}, undo)
-		if err == nil {
-			madeKey = p == key
+		switch {
+		case err == nil:
+			made = append(made, node)
+			continue
+		case errors.Is(err, zk.ErrNodeExists):
+			continue
+		case lostReply(err):
+			made = append(made, node) // it may have landed
+		}
+		if _, ok, serr := s.stat(ctx, node); serr == nil && ok {
 			continue
 		}
-		if errors.Is(err, zk.ErrNodeExists) {
-			continue
-		}
-		if _, ok, serr := s.stat(ctx, p); serr == nil && ok {
-			// The create's reply was lost and the key is there: count it
-			// as made here (dropUnusedKey leaves a key that has had a
-			// child). Not on a refusal: the key was there before.
-			if p == key && (errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)) {
-				madeKey = true
-			}
-			continue
-		}
-		return madeKey, translate("create "+p, err)
+		return made, translate("create "+node, err)
 	}
-	return madeKey, nil
+	return made, nil
 }
 
-// dropUnusedKey deletes, in the background, the container key that an
-// Enqueue created and then failed to queue under: ZooKeeper deletes a
-// container once it has had a child and is empty, never one that had none
-// (unless the servers set znode.container.maxNeverUsedIntervalMs), and
-// that one would keep its ancestors too. A key that had a child is left to
-// the server.
+// lostReply reports whether err is go-zookeeper's for a request whose
+// reply was lost with its connection: the request may have been applied.
+func lostReply(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+}
+
+// dropUnusedKey deletes, in the background, a container of a key's path
+// (the key or one of its ancestors) that an Enqueue created and then
+// failed to queue under: ZooKeeper deletes a container once it has had a
+// child and is empty, never one that had none (unless the servers set
+// znode.container.maxNeverUsedIntervalMs), and that one would keep its
+// ancestors too. A node that had a child is left to the server.
 func (b *Backend) dropUnusedKey(key string) {
 	b.reapLoop(reapAny, func() bool {
 		ok, st, err := b.conn.Exists(key)
@@ -204,10 +207,13 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 	// found: when Enqueue fails after one, nothing of this guid may stay
 	// (a node owned by a live session that no campaign knows would stand
 	// in the queue for good).
-	unknown, madeKey := false, false
+	unknown := false
+	var made []string // nodes of the key's path this Enqueue made (or may have)
 	defer func() {
-		if madeKey && err != nil {
-			s.b.dropUnusedKey(key)
+		if err != nil {
+			for _, p := range made {
+				s.b.dropUnusedKey(p)
+			}
 		}
 		if unknown && err != nil {
 			s.b.reapGUID(key, guid)
@@ -223,8 +229,8 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		switch {
 		case err == nil:
 		case errors.Is(err, zk.ErrNoNode) && attempt < 3:
-			made, err := s.ensureParents(ctx, key)
-			madeKey = madeKey || made
+			m, err := s.ensureParents(ctx, key)
+			made = append(made, m...)
 			if err != nil {
 				return election.Ticket{}, err
 			}

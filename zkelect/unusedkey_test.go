@@ -35,10 +35,29 @@ func (c *hookConn) Write(b []byte) (int, error) {
 }
 
 // TestEnqueue_KeyCreateGivenUpInFlightLeavesNoKey: an Enqueue whose ctx
-// ends while its create of the key's node is in flight leaves no key
-// behind once that create lands. ZooKeeper never deletes a container that
-// never had a child, so the key used to stay for good.
+// ends while its create of the key's node, or of one of its ancestors, is
+// in flight leaves no such node behind once that create lands. ZooKeeper
+// never deletes a container that never had a child, so it used to stay
+// for good (and its ancestors with it).
 func TestEnqueue_KeyCreateGivenUpInFlightLeavesNoKey(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		key  func(base string) string // under base, which does not exist
+	}{
+		{"key", func(base string) string { return base }},
+		{"ancestor", func(base string) string { return base + "/leader" }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base := fmt.Sprintf("/unused-%s-%d", c.name, time.Now().UnixNano())
+			givenUpInFlight(t, c.key(base), base)
+		})
+	}
+}
+
+// givenUpInFlight runs an Enqueue on key that gives up as soon as its first
+// container create (of first, the key or its top ancestor) is written, and
+// checks that first is created, then deleted.
+func givenUpInFlight(t *testing.T, key, first string) {
 	ctx := ctxT(t, 60*time.Second)
 	p, err := faultproxy.New(server.Endpoints()[0])
 	if err != nil {
@@ -69,34 +88,33 @@ func TestEnqueue_KeyCreateGivenUpInFlightLeavesNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close(ctx)
-	key := fmt.Sprintf("/unused-key-%d", time.Now().UnixNano())
 	admin := rawConn(t, "", "")
-	there, _, created, err := admin.ExistsW(key)
+	there, _, created, err := admin.ExistsW(first)
 	if err != nil || there {
-		t.Fatalf("ExistsW(%s): %v, %v", key, there, err)
+		t.Fatalf("ExistsW(%s): %v, %v", first, there, err)
 	}
 
-	// The key's create is held 200 ms each way by the proxy: the Enqueue
-	// gives up as soon as it has been written, and it lands after.
+	// The create is held 200 ms each way by the proxy: the Enqueue gives
+	// up as soon as it has been written, and it lands after.
 	p.Delay(200 * time.Millisecond)
 	ectx, cancelEnqueue := context.WithCancel(ctx)
 	giveUp.Store(&cancelEnqueue)
 	_, err = sess.Enqueue(ectx, key, "a")
 	cancelEnqueue()
 	if err == nil {
-		t.Fatal("Enqueue succeeded although it gave up once its create of the key was written")
+		t.Fatal("Enqueue succeeded although it gave up once its first create of the path was written")
 	}
 	select {
 	case ev := <-created:
 		if ev.Type != zk.EventNodeCreated {
-			t.Fatalf("the watch on the key: %+v, want its creation", ev)
+			t.Fatalf("the watch on %s: %+v, want its creation", first, ev)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the key's create, written before Enqueue gave up, never landed")
+		t.Fatalf("the create of %s, written before Enqueue gave up, never landed", first)
 	}
 	p.Delay(0)
-	waitUntil(t, "the abandoned key to go", func() bool {
-		ok, _, err := admin.Exists(key)
+	waitUntil(t, "the abandoned "+first+" to go", func() bool {
+		ok, _, err := admin.Exists(first)
 		return err == nil && !ok
 	})
 }
