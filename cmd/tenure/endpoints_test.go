@@ -142,3 +142,41 @@ func TestEndpoints_MalformedAreRefusedAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestLeader_SignalEndsTheLoginToASilentEndpoint: with --user, the etcd
+// client logs in while it connects, on its own context, bounded by
+// --dial-timeout only: a SIGINT during that login was ignored until the
+// timeout (15 s here). It ends it now (exit 130).
+func TestLeader_SignalEndsTheLoginToASilentEndpoint(t *testing.T) {
+	silent := newProxy(t, endpoint)
+	silent.Blackhole()
+	p := tenureCmd("leader", "--backend", "etcd", "--endpoints", silent.Addr(), "--key", testKey(t), "--user", "someone", "--dial-timeout", "15s")
+	p.Env = append(p.Env, "TENURE_PASSWORD=not-a-secret")
+	var stderr strings.Builder
+	p.Stderr = &stderr
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		p.Wait()
+		done <- p.ProcessState.ExitCode()
+	}()
+	time.Sleep(time.Second) // connecting, logging in
+	signaled := time.Now()
+	if err := p.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		took := time.Since(signaled)
+		if code != 130 || took > 3*time.Second {
+			t.Fatalf("exit %d %v after SIGINT, want 130 within 3 s; stderr: %s", code, took.Round(time.Millisecond), stderr.String())
+		}
+		t.Logf("exit %d %v after SIGINT", code, took.Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		p.Process.Kill()
+		<-done
+		t.Fatalf("still connecting 10 s after SIGINT; stderr: %s", stderr.String())
+	}
+}

@@ -40,8 +40,8 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.Var(&c.endpoints, "endpoints", "comma-separated `HOST:PORT` list of the backend's servers (default: the backend's port on this host, 127.0.0.1:2379 for etcd, 127.0.0.1:2181 for zk, 127.0.0.1:6379 for redis)")
 	fs.StringVar(&c.key, "key", "", "election key (required; an absolute znode path such as /locks/report on zk)")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "how long to try to reach the backend before giving up")
-	fs.StringVar(&c.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
-	fs.StringVar(&c.logFormat, "log-format", "console", "log format on stderr: console or json")
+	fs.StringVar(&c.logLevel, "log-level", "warn", "exec: log level on stderr: debug, info, warn or error (leader logs nothing; it prints its errors)")
+	fs.StringVar(&c.logFormat, "log-format", "console", "exec: log format on stderr: console or json (leader logs nothing)")
 	c.sec.register(fs)
 }
 
@@ -284,8 +284,23 @@ func (c *common) connect(ctx context.Context) (*clientv3.Client, error) {
 	if err := c.sec.etcd(&cfg); err != nil {
 		return nil, err
 	}
+	// With --user, New logs in on the client's own context, bounded only by
+	// the dial timeout: a signal must end that too. The client keeps the
+	// context for its life, and exec still needs it after a signal (to
+	// release): it is cancelled by ctx only while New runs.
+	cctx, cancelClient := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancelClient)
+	cfg.Context = cctx
 	cli, err := clientv3.New(cfg)
+	if !stop() && err == nil {
+		err = ctx.Err() // a signal came as New returned
+		cli.Close()
+	}
 	if err != nil {
+		cancelClient()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, c.sec.etcdDialError(c.endpoints.list, c.dialTimeout, err)
 	}
 	// Every endpoint at once: one that accepts and never answers (a
