@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -53,6 +54,29 @@ func (s *security) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.zkACL, "zk-acl", "", "zk: ACL of the nodes tenure creates: open (anyone may delete them), creator (only --user), creator-read (only --user, anyone may read); default creator with --user, else open")
 }
 
+// maxPasswordFile bounds what is read of --password-file: a path that
+// names a device or a huge file by mistake (/dev/zero) must be an error,
+// not a process that grows until it dies.
+const maxPasswordFile = 64 << 10
+
+// readSmall reads the file at path, refusing one longer than max bytes.
+// Not only regular files: a pipe (<(pass show db)) is a fine source.
+func readSmall(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("longer than %d bytes: not a password", max)
+	}
+	return b, nil
+}
+
 // validate checks the flags against backend ("etcd", "zookeeper" or "redis") and
 // reads the password. Errors name files and flags, never the password.
 func (s *security) validate(backend string) error {
@@ -61,7 +85,7 @@ func (s *security) validate(backend string) error {
 	case s.passwordFile != "" && envSet:
 		return fmt.Errorf("both --password-file and %s are set: use one", passwordEnv)
 	case s.passwordFile != "":
-		b, err := os.ReadFile(s.passwordFile)
+		b, err := readSmall(s.passwordFile, maxPasswordFile)
 		if err != nil {
 			var pe *os.PathError
 			if errors.As(err, &pe) {

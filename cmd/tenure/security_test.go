@@ -238,6 +238,8 @@ func TestSecurity_CLIBadSecurityFlags(t *testing.T) {
 		{"password twice", []string{passwordEnv + "=p"}, append(etcd, "--user", "u", "--password-file", pwFile), "use one"},
 		{"missing password file", nil, append(etcd, "--user", "u", "--password-file", "/nonexistent/pw"), "--password-file /nonexistent/pw"},
 		{"empty password file", nil, append(etcd, "--user", "u", "--password-file", empty), "is empty"},
+		// Read whole, /dev/zero grew tenure until it died.
+		{"endless password file", nil, append(etcd, "--user", "u", "--password-file", "/dev/zero"), "longer than 65536 bytes"},
 		{"cert without key", nil, append(etcd, "--cert", pwFile), "--cert and --cert-key"},
 		{"unreadable CA", nil, append(etcd, "--cacert", "/nonexistent/ca.pem"), "CA file"},
 		{"CA file without PEM", nil, append(etcd, "--cacert", pwFile), "no PEM certificate"},
