@@ -28,8 +28,11 @@ for pkg in zookeeper libcurator-recipes-java python3-kazoo postgresql redis-serv
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+# The race detector needs cgo: a C compiler and the C library's headers.
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+dpkg-query -W -f='${Status}' libc6-dev 2>/dev/null | grep -q 'install ok installed' || need+=(libc6-dev)
 if [ ${#need[@]} -eq 0 ]; then
-  echo "zookeeper, libcurator-recipes-java, python3-kazoo, postgresql, redis-server, prometheus (promtool) and javac are installed"
+  echo "zookeeper, libcurator-recipes-java, python3-kazoo, postgresql, redis-server, prometheus (promtool), javac and gcc are installed"
 else
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need the Debian packages ${need[*]}, and this machine has no apt-get" >&2

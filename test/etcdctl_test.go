@@ -61,7 +61,9 @@ func (o *buildOnce) build(name string, args ...string) (string, error) {
 			return
 		}
 		out := filepath.Join(dir, name)
-		cmd := exec.Command(goBin, append(append([]string{"build"}, args[:len(args)-1]...), "-o", out, args[len(args)-1])...)
+		// No version-control stamp: a checkout owned by another user (a
+		// CI runner's workspace) makes git refuse, and the build with it.
+		cmd := exec.Command(goBin, append(append([]string{"build", "-buildvcs=false"}, args[:len(args)-1]...), "-o", out, args[len(args)-1])...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			o.err = fmt.Errorf("building %s: %v\n%s", name, err, b)
 			return
