@@ -103,7 +103,7 @@ func (p *Proxy) Listen() error {
 
 // Blackhole drops every byte in both directions, on open and new
 // connections alike, without closing anything: requests hang, as when
-// packets are lost.
+// packets are lost. Bytes a Delay still holds are dropped too.
 func (p *Proxy) Blackhole() {
 	p.mu.Lock()
 	p.blackholed = true
@@ -114,12 +114,13 @@ func (p *Proxy) Blackhole() {
 // streams are corrupt); clients reconnect.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
-	was := p.blackholed
-	p.blackholed = false
-	p.mu.Unlock()
-	if was {
-		p.Cut()
+	defer p.mu.Unlock()
+	if p.blackholed {
+		// Closed before the flag clears, in one step: no byte after a
+		// dropped stretch reaches the other side on the same stream.
+		p.cutLocked()
 	}
+	p.blackholed = false
 }
 
 // Delay holds every byte read from now on for d in each direction before
@@ -136,6 +137,10 @@ func (p *Proxy) Delay(d time.Duration) {
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.cutLocked()
+}
+
+func (p *Proxy) cutLocked() {
 	for c := range p.conns {
 		c.Close()
 		delete(p.conns, c)
@@ -163,10 +168,13 @@ func (p *Proxy) Close() error {
 	return err
 }
 
-func (p *Proxy) track(c net.Conn) bool {
+// track counts c among the open connections, unless the proxy is closed
+// or, for a connection accepted on ln (nil: one dialled to the target),
+// ln no longer listens: Refuse closed it after Accept returned c.
+func (p *Proxy) track(c net.Conn, ln net.Listener) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || ln != nil && p.ln != ln {
 		c.Close()
 		return false
 	}
@@ -195,7 +203,7 @@ func (p *Proxy) accept(ln net.Listener) {
 		if err != nil {
 			return
 		}
-		if !p.track(c) {
+		if !p.track(c, ln) {
 			continue
 		}
 		p.wg.Add(1)
@@ -220,7 +228,7 @@ func (p *Proxy) serve(c net.Conn) {
 			return
 		}
 	}
-	if !p.track(up) {
+	if !p.track(up, nil) {
 		c.Close()
 		return
 	}
@@ -267,6 +275,9 @@ func (p *Proxy) pump(dst, src net.Conn) {
 			}
 			if w := time.Until(c.due); w > 0 {
 				time.Sleep(w)
+			}
+			if p.dropping() {
+				continue // blackholed while it was held
 			}
 			if _, err := dst.Write(c.b); err != nil {
 				failed = true

@@ -232,3 +232,60 @@ func TestRetryDial_ReachesATargetThatListensLate(t *testing.T) {
 		<-done
 	}
 }
+
+// TestBlackhole_DropsWhatADelayStillHolds: bytes read while delayed and
+// still held when the link is blackholed are dropped, as the blackhole
+// says; they used to reach the server when their delay ran out.
+func TestBlackhole_DropsWhatADelayStillHolds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 16)
+	srvDone := make(chan struct{})
+	go func() {
+		defer close(srvDone)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			got <- l
+		}
+	}()
+	p, err := New(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "warm\n"); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-got; l != "warm\n" {
+		t.Fatalf("server read %q", l)
+	}
+	p.Delay(300 * time.Millisecond)
+	if _, err := io.WriteString(c, "held\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // read by the proxy, held
+	p.Blackhole()
+	select {
+	case l := <-got:
+		t.Errorf("the server read %q through a blackhole: held bytes went through", l)
+	case <-time.After(time.Second):
+	}
+	c.Close()
+	p.Close()
+	<-srvDone
+}
