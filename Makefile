@@ -20,7 +20,7 @@ demo:
 # Fails if a benchmark fails (two holders, a stall), never on speed. The
 # handoff benchmarks run in three interleaved rounds (-bench.repeat), each
 # starting one implementation later; the report gives each figure's median.
-BENCH_ARGS ?= -bench.contenders=2,10,100,1000 -bench.big=200 -bench.rounds=5 -bench.ttl=3s -bench.repeat=3
+BENCH_ARGS ?= -bench.contenders=2,10,100,1000 -bench.big=200 -bench.rounds=5 -bench.ttl=3s -bench.repeat=4
 bench:
 	go run ./internal/cmd/benchreport -benchtime 300x -timeout 120m -out docs/benchmarks.md -img docs/img -- $(BENCH_ARGS)
 

@@ -21,25 +21,23 @@ var (
 	benchContenders = flag.String("bench.contenders", "2,10,100", "comma-separated contender counts of the handoff benchmarks (make bench adds 1000)")
 	benchBigCount   = flag.Int("bench.big", 200, "timed handoffs at 1,000 or more contenders, when fewer than -benchtime's count")
 	benchBigWarm    = flag.Int("bench.bigwarm", 50, "untimed warm-up handoffs at 1,000 or more contenders, when fewer than -zkbench.warmup")
-	benchRepeat     = flag.Int("bench.repeat", 1, "rounds of the handoff benchmarks per contender count: each round runs every implementation once, the order rotated by one per round and reversed every other round (benchreport reports each figure's median over the rounds)")
+	benchRepeat     = flag.Int("bench.repeat", 1, "rounds of the handoff benchmarks per contender count: each round runs every implementation once, in a balanced (Williams) order over the rounds (benchreport reports each figure's median over the rounds)")
 )
 
 // interleaved runs the handoff sub-benchmarks for n contenders: one
 // "impl=<name>/contenders=<n>" per implementation, in -bench.repeat rounds
-// ("/round=<r>" added when there is more than one). Each round starts one
-// implementation later than the round before, and every other round runs
-// them in reverse, so that none always runs first (on the coldest server)
-// or always right after the same peer (a rotation alone keeps every
-// implementation's predecessor), and a slow spell of a shared machine
-// falls on different implementations in different rounds.
+// ("/round=<r>" added when there is more than one). The rounds follow a
+// balanced (Williams) order: over m rounds for m implementations (2m when
+// m is odd), each implementation runs first once and right after each of
+// the others once, so that none always runs first (on the coldest server)
+// or always right after the same peer, and a slow spell of a shared
+// machine falls on different implementations in different rounds. Fewer
+// rounds take the first rows of that order.
 func interleaved[I any](b *testing.B, n int, impls []I, name func(I) string, run func(*testing.B, I)) {
 	rounds := max(*benchRepeat, 1)
 	for r := range rounds {
-		for k := range impls {
-			if r%2 == 1 {
-				k = len(impls) - 1 - k
-			}
-			im := impls[(k+r)%len(impls)]
+		for _, i := range roundOrder(len(impls), r) {
+			im := impls[i]
 			sub := fmt.Sprintf("impl=%s/contenders=%d", name(im), n)
 			if rounds > 1 {
 				sub += fmt.Sprintf("/round=%d", r+1)
@@ -52,6 +50,40 @@ func interleaved[I any](b *testing.B, n int, impls []I, name func(I) string, run
 			})
 		}
 	}
+}
+
+// roundOrder returns the order of m implementations in round r of a
+// Williams design: the first row is 0, 1, m-1, 2, m-2, ..., row r adds r
+// to each (mod m); for odd m, rows m to 2m-1 are the first m reversed.
+// Over one period (m rows, or 2m for odd m) every implementation comes
+// first equally often and follows every other equally often.
+func roundOrder(m, r int) []int {
+	if m <= 0 {
+		return nil
+	}
+	period := m
+	if m%2 == 1 {
+		period = 2 * m
+	}
+	r %= period
+	row := make([]int, m)
+	lo, hi := 1, m-1
+	for k := range row {
+		var a int
+		switch {
+		case k == 0:
+			a = 0
+		case k%2 == 1:
+			a, lo = lo, lo+1
+		default:
+			a, hi = hi, hi-1
+		}
+		row[k] = (a + r%m) % m
+	}
+	if r >= m {
+		slices.Reverse(row)
+	}
+	return row
 }
 
 // contenderCounts parses -bench.contenders.
