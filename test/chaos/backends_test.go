@@ -70,7 +70,7 @@ type servers interface {
 	// clients still reach it), the one most of the sessions given are
 	// connected to, and returns its index (in Endpoints) and a function
 	// that heals the links and waits for the server to serve again.
-	Isolate(sessions []int64) (server int, undo func() error, err error)
+	Isolate(sessions []int64) (server, onIt int, undo func() error, err error)
 	// LeaderChanges counts the server-side leader changes seen so far
 	// (0 when the backend cannot tell). A new server-side leader renews
 	// every session (etcd extends every lease by its TTL plus an election
@@ -145,7 +145,9 @@ func (s *etcdServers) KillLeader() (func() error, error) {
 
 func (s *etcdServers) RestartAll() error { return s.c.RestartAll() }
 
-func (s *etcdServers) Isolate([]int64) (int, func() error, error) { return 0, nil, errUnsupported }
+func (s *etcdServers) Isolate([]int64) (int, int, func() error, error) {
+	return 0, 0, nil, errUnsupported
+}
 
 func (s *etcdServers) Expire(t *termInfo) error {
 	i := strings.LastIndexByte(t.entry, '/')
@@ -274,10 +276,10 @@ func (s *zkServers) KillLeader() (func() error, error) {
 	return func() error { return s.e.Restart(i) }, nil
 }
 
-func (s *zkServers) Isolate(sessions []int64) (int, func() error, error) {
+func (s *zkServers) Isolate(sessions []int64) (int, int, func() error, error) {
 	leader, err := s.e.Leader()
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	want := make(map[int64]bool, len(sessions))
 	for _, id := range sessions {
@@ -290,7 +292,7 @@ func (s *zkServers) Isolate(sessions []int64) (int, func() error, error) {
 		}
 		ids, err := s.e.Sessions(i)
 		if err != nil {
-			return 0, nil, err
+			return 0, 0, nil, err
 		}
 		n := 0
 		for _, id := range ids {
@@ -303,9 +305,9 @@ func (s *zkServers) Isolate(sessions []int64) (int, func() error, error) {
 		}
 	}
 	if err := s.e.Isolate(pick); err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
-	return pick, func() error {
+	return pick, most, func() error {
 		if err := s.e.Rejoin(pick); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,8 @@ type run struct {
 	logf     func(format string, args ...any)
 	harness  []string // harness failures (not invariant violations)
 	harnessM sync.Mutex
+
+	partitionHits atomic.Int32 // partitions that cut off a server a leader's session was on
 }
 
 func (r *run) fail(format string, args ...any) {
@@ -448,7 +451,7 @@ func (l *lane) observe(at int64, old *termInfo, bound time.Duration, mayKeep boo
 			l.faults = append(l.faults, f)
 			l.mu.Unlock()
 			if f.failover > bound {
-				return f, []violation{{livenessInvariant, fmt.Sprintf("lane %d: term %d elected %v after the fault, bound %v (server leader changed: %v)", l.idx, s.token, f.failover.Round(time.Millisecond), bound, f.serverLeader)}}
+				return f, []violation{{inv: livenessInvariant, what: fmt.Sprintf("lane %d: term %d elected %v after the fault, bound %v (server leader changed: %v)", l.idx, s.token, f.failover.Round(time.Millisecond), bound, f.serverLeader)}}
 			}
 			return f, nil
 		}
@@ -466,7 +469,7 @@ func (l *lane) observe(at int64, old *termInfo, bound time.Duration, mayKeep boo
 			l.mu.Lock()
 			l.faults = append(l.faults, f)
 			l.mu.Unlock()
-			v := violation{livenessInvariant, fmt.Sprintf("lane %d: no leader after term %d within %v of the fault", l.idx, old.token, elapsed.Round(time.Millisecond))}
+			v := violation{inv: livenessInvariant, what: fmt.Sprintf("lane %d: no leader after term %d within %v of the fault", l.idx, old.token, elapsed.Round(time.Millisecond))}
 			l.diagnose(v.what)
 			return f, []violation{v}
 		}

@@ -71,7 +71,9 @@ func (s *redisServers) RestartAll() error {
 
 func (s *redisServers) Expire(*termInfo) error { return errUnsupported }
 
-func (s *redisServers) Isolate([]int64) (int, func() error, error) { return 0, nil, errUnsupported }
+func (s *redisServers) Isolate([]int64) (int, int, func() error, error) {
+	return 0, 0, nil, errUnsupported
+}
 
 // Entries counts the lock key and the waiting entries (the token counter,
 // "<key>:fence", stays by design).

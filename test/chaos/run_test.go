@@ -32,6 +32,7 @@ type result struct {
 	refused           int // stale writes the register refused
 	excused           int
 	lateOK            int // writes of excused holders the register accepted after their successor began
+	partitionHits     int // partitions that cut off a server a leader's session was on
 	violations        []violation
 	harness           []string
 }
@@ -50,7 +51,10 @@ func (res result) failovers() (n int, d []time.Duration) {
 func doRun(c runConfig) (res result) {
 	res.scenario, res.backend, res.efficiencyOnly = c.sc.name, c.be.name, !c.be.linearizable
 	r := &run{id: c.id, be: c.be, srv: c.srv, reg: c.reg, sc: c.sc, rounds: c.rounds, ttl: c.ttl, every: c.every, broken: c.broken, start: mono(), logf: c.logf}
-	defer func() { res.harness = append(res.harness, r.harness...) }()
+	defer func() {
+		res.harness = append(res.harness, r.harness...)
+		res.partitionHits = int(r.partitionHits.Load())
+	}()
 	for i := range c.lanes {
 		l := &lane{r: r, idx: i, key: fmt.Sprintf("/chaos/%s/l%d", c.id, i), byTok: map[procTok]*termInfo{}, open: map[string]*opRec{}, changed: make(chan struct{})}
 		r.lanes = append(r.lanes, l)
@@ -95,7 +99,7 @@ func doRun(c runConfig) (res result) {
 	// follow every fault.
 	for _, l := range r.lanes {
 		if _, err := l.awaitWritingLeader(30 * time.Second); err != nil {
-			res.violations = append(res.violations, violation{livenessInvariant, err.Error()})
+			res.violations = append(res.violations, violation{inv: livenessInvariant, what: err.Error()})
 		}
 	}
 	stopping := mono()
@@ -150,7 +154,7 @@ func (r *run) stopAll() []violation {
 					_ = p.signal(syscall.SIGKILL)
 					<-p.exited
 					mu.Lock()
-					vs = append(vs, violation{4, fmt.Sprintf("%s did not exit within 20 s of being asked", p.id)})
+					vs = append(vs, violation{inv: 4, what: fmt.Sprintf("%s did not exit within 20 s of being asked", p.id)})
 					mu.Unlock()
 				}
 			}()
@@ -164,7 +168,7 @@ func (r *run) stopAll() []violation {
 	for _, l := range r.lanes {
 		l.mu.Lock()
 		for _, left := range l.leftovers {
-			vs = append(vs, violation{4, fmt.Sprintf("lane %d: %s", l.idx, left)})
+			vs = append(vs, violation{inv: 4, what: fmt.Sprintf("lane %d: %s", l.idx, left)})
 		}
 		l.mu.Unlock()
 	}
@@ -178,7 +182,7 @@ func (r *run) stopAll() []violation {
 				break
 			}
 			if time.Now().After(deadline) {
-				vs = append(vs, violation{4, fmt.Sprintf("lane %d: %d entries (err %v) left under %s %v after every candidate exited", l.idx, n, err, l.key, limit)})
+				vs = append(vs, violation{inv: 4, what: fmt.Sprintf("lane %d: %d entries (err %v) left under %s %v after every candidate exited", l.idx, n, err, l.key, limit)})
 				break
 			}
 			time.Sleep(100 * time.Millisecond)

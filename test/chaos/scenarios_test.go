@@ -183,9 +183,15 @@ var scenarios = []scenario{
 					sessions = append(sessions, t.zkSession)
 				}
 			}
-			minority, undo, err := r.srv.Isolate(sessions)
+			minority, onIt, undo, err := r.srv.Isolate(sessions)
 			if err != nil {
 				return nil, 0, err
+			}
+			if onIt > 0 {
+				// A leader's session is on the cut-off server: the
+				// hazard this scenario is for (renewals answered from
+				// its stale copy). Otherwise it is a blackhole.
+				r.partitionHits.Add(1)
 			}
 			for _, t := range leaders {
 				for i, px := range t.p.s.proxies {
@@ -244,6 +250,17 @@ const livenessInvariant = 3
 type violation struct {
 	inv  int
 	what string
+	// undecided: the checker could not decide (a linearizability check
+	// that timed out), which says nothing of the backend.
+	undecided bool
+}
+
+// exempt reports whether v is one that a lock for efficiency only may
+// show (Redis: two holders at once, tokens that do not grow, a register
+// history a fenced lock would not give). Liveness, a candidate that does
+// not exit, entries left behind and an undecided check are not.
+func (v violation) exempt() bool {
+	return v.inv == 1 || v.inv == 2 || v.inv == 5 && !v.undecided
 }
 
 func (v violation) String() string { return fmt.Sprintf("invariant %d: %s", v.inv, v.what) }
@@ -258,7 +275,7 @@ func (r *run) round() []violation {
 	for i, l := range r.lanes {
 		t, err := l.awaitWritingLeader(30 * time.Second)
 		if err != nil {
-			add(violation{livenessInvariant, err.Error()})
+			add(violation{inv: livenessInvariant, what: err.Error()})
 			return vs
 		}
 		leaders[i] = t
