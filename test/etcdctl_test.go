@@ -63,7 +63,8 @@ func (o *buildOnce) build(name string, args ...string) (string, error) {
 		out := filepath.Join(dir, name)
 		// No version-control stamp: a checkout owned by another user (a
 		// CI runner's workspace) makes git refuse, and the build with it.
-		cmd := exec.Command(goBin, append(append([]string{"build", "-buildvcs=false"}, args[:len(args)-1]...), "-o", out, args[len(args)-1])...)
+		// (After args' flags: go build wants -C first.)
+		cmd := exec.Command(goBin, append(append([]string{"build"}, args[:len(args)-1]...), "-buildvcs=false", "-o", out, args[len(args)-1])...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			o.err = fmt.Errorf("building %s: %v\n%s", name, err, b)
 			return

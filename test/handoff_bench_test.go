@@ -162,7 +162,7 @@ func benchHandoff(b *testing.B, im impl, n int) {
 	count := timedCount(b, n)
 	if im.proc {
 		if _, err := etcdctlBinary(); err != nil {
-			b.Skip(err)
+			b.Fatal(err) // a peer that cannot be built must not drop out of the report unseen
 		}
 		if n > maxEtcdctlContenders {
 			b.Skipf("not feasible: %d etcdctl processes (one per contender, ~%d MB resident each) on this machine; measured up to %d", n, etcdctlRSSMB, maxEtcdctlContenders)
