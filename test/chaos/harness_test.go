@@ -47,6 +47,13 @@ func (r *run) fail(format string, args ...any) {
 	r.harness = append(r.harness, fmt.Sprintf(format, args...))
 }
 
+// failed reports whether the harness has failed.
+func (r *run) failed() bool {
+	r.harnessM.Lock()
+	defer r.harnessM.Unlock()
+	return len(r.harness) > 0
+}
+
 // lane is one election key and what the checker learned about it.
 type lane struct {
 	r     *run

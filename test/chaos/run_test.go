@@ -52,25 +52,13 @@ func doRun(c runConfig) (res result) {
 	res.scenario, res.backend, res.efficiencyOnly = c.sc.name, c.be.name, !c.be.linearizable
 	r := &run{id: c.id, be: c.be, srv: c.srv, reg: c.reg, sc: c.sc, rounds: c.rounds, ttl: c.ttl, every: c.every, broken: c.broken, start: mono(), logf: c.logf}
 	defer func() {
+		r.harnessM.Lock() // candidates' output readers may still report
 		res.harness = append(res.harness, r.harness...)
+		r.harnessM.Unlock()
 		res.partitionHits = int(r.partitionHits.Load())
 	}()
-	for i := range c.lanes {
-		l := &lane{r: r, idx: i, key: fmt.Sprintf("/chaos/%s/l%d", c.id, i), byTok: map[procTok]*termInfo{}, open: map[string]*opRec{}, changed: make(chan struct{})}
-		r.lanes = append(r.lanes, l)
-		for j := range 3 {
-			s := &slot{l: l, idx: j}
-			for _, ep := range c.srv.Endpoints() {
-				px, err := faultproxy.New(ep)
-				if err != nil {
-					r.fail("proxy: %v", err)
-					return
-				}
-				s.proxies = append(s.proxies, px)
-			}
-			l.slots = append(l.slots, s)
-		}
-	}
+	// Set up before the proxies are: a proxy that fails to start must not
+	// leave the ones made before it running.
 	defer func() {
 		for _, l := range r.lanes {
 			for _, s := range l.slots {
@@ -80,6 +68,22 @@ func doRun(c runConfig) (res result) {
 			}
 		}
 	}()
+	for i := range c.lanes {
+		l := &lane{r: r, idx: i, key: fmt.Sprintf("/chaos/%s/l%d", c.id, i), byTok: map[procTok]*termInfo{}, open: map[string]*opRec{}, changed: make(chan struct{})}
+		r.lanes = append(r.lanes, l)
+		for j := range 3 {
+			s := &slot{l: l, idx: j}
+			l.slots = append(l.slots, s)
+			for _, ep := range c.srv.Endpoints() {
+				px, err := faultproxy.New(ep)
+				if err != nil {
+					r.fail("proxy: %v", err)
+					return
+				}
+				s.proxies = append(s.proxies, px)
+			}
+		}
+	}
 	for _, l := range r.lanes {
 		for _, s := range l.slots {
 			if err := s.spawn(); err != nil {
@@ -91,7 +95,7 @@ func doRun(c runConfig) (res result) {
 	}
 	for range c.rounds {
 		res.violations = append(res.violations, r.round()...)
-		if len(r.harness) > 0 {
+		if r.failed() {
 			break
 		}
 	}

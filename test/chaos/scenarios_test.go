@@ -84,9 +84,16 @@ var scenarios = []scenario{
 			return func() error {
 				// Frozen past its TTL: resume it only once its successor has
 				// written, so that its first write after waking is stale.
+				// Resumed anyway after 10 s, the fence's test is lost: its
+				// write could land before any of a successor's. That is a
+				// harness failure, not an excused overlap.
 				deadline := time.Now().Add(10 * time.Second)
-				for time.Now().Before(deadline) {
+				for {
 					if s := l.successor(t.token); s != nil && r.reg.firstAcceptedAtOrAbove(l.key, s.token) != 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						r.fail("stop: no successor of %s's term %d wrote within 10 s; resumed it untested", t.p.id, t.token)
 						break
 					}
 					time.Sleep(20 * time.Millisecond)
