@@ -178,65 +178,17 @@ func TestRun_CampaignWhileTheWorkStopsKeepsTheTerm(t *testing.T) {
 // session and the next candidate led while the work still ran.
 func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
 	srv, key, ctx := setup(t)
-	// The margin (1.5 s) leaves room for a renewal (every 0.5 s) after the
-	// heal, before the server could expire the session: the session must
-	// survive, so only the elector could release the entry.
-	cfg := election.Config{Key: key, Identity: "a", TTL: 3 * time.Second, RenewInterval: 500 * time.Millisecond, DeadlineMargin: 1500 * time.Millisecond}
-	ac := srv.Client()
-	a, err := election.New(ac, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
-	b, _ := newElector(t, srv, key, "b", 3*time.Second)
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	working, release, runDone := runStubborn(runCtx, a)
-	heal := ac.CutOff()
-	var bWhileWorking atomic.Bool
-	bDone := make(chan error, 1)
-	go func() {
-		_, err := b.Campaign(ctx)
-		if err == nil && working.Load() {
-			bWhileWorking.Store(true)
-		}
-		bDone <- err
-	}()
-	// The term ended at its deadline. Not just !IsLeader, which turns
-	// false on the clock before the lease acts on it: a renewal that comes
-	// in between (after the heal) keeps the term, and the test waited for
-	// b for good (a fresh-clone CI run, 2026-11-30).
-	electiontest.WaitFor(t, 10*time.Second, "a's term to end at its deadline", func() bool { return errors.Is(a.Err(), tenure.ErrLeaseExpired) })
-	heal()
-	if _, err := a.TryCampaign(ctx); !errors.Is(err, tenure.ErrLocked) {
+	p := startPastDeadline(t, ctx, srv, key)
+	if _, err := p.a.TryCampaign(ctx); !errors.Is(err, tenure.ErrLocked) {
 		t.Errorf("TryCampaign while the work runs: %v, want ErrLocked", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err = a.Campaign(cctx)
+	_, err := p.a.Campaign(cctx)
 	cancel()
 	if !errors.Is(err, tenure.ErrCanceled) {
 		t.Errorf("Campaign while the work runs: %v, want ErrCanceled after its 200 ms", err)
 	}
-	// The server would expire a's session one margin after the deadline;
-	// wait past that, with the session renewed again since the heal.
-	time.Sleep(2 * time.Second)
-	if srv.Entries(key) != 2 {
-		t.Errorf("%d entries while a's work still runs, want a's and b's", srv.Entries(key))
-	}
-	close(release)
-	select {
-	case err := <-bDone:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("b not elected 30s after a's work returned")
-	}
-	if bWhileWorking.Load() {
-		t.Error("b was elected while a's elected work was still running")
-	}
-	stopRun()
-	<-runDone
+	p.finish(t)
 }
 
 // TestClose_AfterTheDeadlineWaitsForTheWorkBeforeReleasing: a leader cut
@@ -248,6 +200,38 @@ func TestRun_CampaignAfterTheDeadlineLeavesTheHeldLease(t *testing.T) {
 // work, the session was closed, and b was elected while a's work still ran.
 func TestClose_AfterTheDeadlineWaitsForTheWorkBeforeReleasing(t *testing.T) {
 	srv, key, ctx := setup(t)
+	p := startPastDeadline(t, ctx, srv, key)
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := p.a.Close(cctx)
+	cancel()
+	if !errors.Is(err, tenure.ErrCanceled) {
+		t.Errorf("Close while the work runs: %v, want ErrCanceled after its 200 ms", err)
+	}
+	p.finish(t)
+}
+
+// pastDeadline is a leader, a, whose term ended at its lease deadline
+// while it was cut off, whose work under Run ignores its context (and
+// whose OnHardStop does not stop it), with the link back; and b,
+// campaigning behind it.
+type pastDeadline struct {
+	srv           *electiontest.Memory
+	key           string
+	a             *election.Elector
+	working       *atomic.Bool
+	release       chan struct{}
+	runDone       chan error
+	stopRun       context.CancelFunc
+	bWhileWorking atomic.Bool
+	bDone         chan error
+}
+
+// startPastDeadline sets up a pastDeadline. The margin (1.5 s) leaves
+// room for a renewal (every 0.5 s) after the heal, before the server could
+// expire the session: the session survives, so only the elector could
+// release the entry.
+func startPastDeadline(t *testing.T, ctx context.Context, srv *electiontest.Memory, key string) *pastDeadline {
+	t.Helper()
 	cfg := election.Config{Key: key, Identity: "a", TTL: 3 * time.Second, RenewInterval: 500 * time.Millisecond, DeadlineMargin: 1500 * time.Millisecond}
 	ac := srv.Client()
 	a, err := election.New(ac, cfg)
@@ -256,44 +240,50 @@ func TestClose_AfterTheDeadlineWaitsForTheWorkBeforeReleasing(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	b, _ := newElector(t, srv, key, "b", 3*time.Second)
-	working, release, runDone := runStubborn(ctx, a)
+	p := &pastDeadline{srv: srv, key: key, a: a, bDone: make(chan error, 1)}
+	runCtx, stopRun := context.WithCancel(ctx)
+	t.Cleanup(stopRun)
+	p.stopRun = stopRun
+	p.working, p.release, p.runDone = runStubborn(runCtx, a)
 	heal := ac.CutOff()
-	var bWhileWorking atomic.Bool
-	bDone := make(chan error, 1)
 	go func() {
 		_, err := b.Campaign(ctx)
-		if err == nil && working.Load() {
-			bWhileWorking.Store(true)
+		if err == nil && p.working.Load() {
+			p.bWhileWorking.Store(true)
 		}
-		bDone <- err
+		p.bDone <- err
 	}()
+	// The term ended at its deadline. Not just !IsLeader, which turns
+	// false on the clock before the lease acts on it: a renewal that comes
+	// in between (after the heal) keeps the term, and the test waited for
+	// b for good (a fresh-clone CI run, 2026-11-30).
 	electiontest.WaitFor(t, 10*time.Second, "a's term to end at its deadline", func() bool { return errors.Is(a.Err(), tenure.ErrLeaseExpired) })
 	heal()
-	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	err = a.Close(cctx)
-	cancel()
-	if !errors.Is(err, tenure.ErrCanceled) {
-		t.Errorf("Close while the work runs: %v, want ErrCanceled after its 200 ms", err)
-	}
-	// Past the margin after the deadline, with the session renewed since
-	// the heal: only the elector could release the entry.
+	return p
+}
+
+// finish checks that a's entry and b's still stand past the margin after
+// the deadline, returns a's work, and checks that b is elected only then.
+func (p *pastDeadline) finish(t *testing.T) {
+	t.Helper()
 	time.Sleep(2 * time.Second)
-	if n := srv.Entries(key); n != 2 || bWhileWorking.Load() {
-		t.Errorf("%d entries while a's work still runs (b elected: %v), want a's and b's", n, bWhileWorking.Load())
+	if n := p.srv.Entries(p.key); n != 2 || p.bWhileWorking.Load() {
+		t.Errorf("%d entries while a's work still runs (b elected: %v), want a's and b's", n, p.bWhileWorking.Load())
 	}
-	close(release)
+	close(p.release)
 	select {
-	case err := <-bDone:
+	case err := <-p.bDone:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("b not elected 30s after a's work returned")
 	}
-	if bWhileWorking.Load() {
+	if p.bWhileWorking.Load() {
 		t.Error("b was elected while a's elected work was still running")
 	}
-	<-runDone
+	p.stopRun()
+	<-p.runDone
 }
 
 // ptrClock is a Clock whose Now reads its receiver.

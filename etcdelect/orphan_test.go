@@ -29,34 +29,8 @@ import (
 // behind the put, is refused (etcd lets only a user who may write every key
 // of a lease revoke it); then the permission is back.
 func TestEnqueue_GivenUpUndeletableEntryEndsTheSession(t *testing.T) {
-	s := startSecureEtcd(t)
-	p, err := faultproxy.New(s.endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	cfg := s.config(t, "billing", billingPassword)
-	cfg.Endpoints = []string{p.Addr()}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx := ctxT(t, 60*time.Second)
 	const key = "billing/given-up"
-	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "a", TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background())
-	// A first term opens the session that the next campaign reuses, so
-	// that its first request is the put.
-	if _, err := e.Campaign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, p, e, ctx := billingBehindProxy(t, key, 10*time.Second)
 
 	p.Delay(time.Second)
 	cctx, giveUp := context.WithTimeout(ctx, 600*time.Millisecond)
@@ -255,35 +229,9 @@ func TestEnqueue_GivenUpPutThatLandsLateLeavesNoEntry(t *testing.T) {
 // session for as long as the elector lived, an entry no campaign knew of.
 // Enqueue now gives the session up, so the entry goes with its lease.
 func TestEnqueue_RefusedRetryAfterALostReplyLeavesNoEntry(t *testing.T) {
-	s := startSecureEtcd(t)
-	p, err := faultproxy.New(s.endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	cfg := s.config(t, "billing", billingPassword)
-	cfg.Endpoints = []string{p.Addr()}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx := ctxT(t, 60*time.Second)
 	const key = "billing/refused-retry"
 	const ttl = 3 * time.Second
-	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "a", TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background())
-	// A first term opens the session that the next campaign reuses, so
-	// that its first request is the put.
-	if _, err := e.Campaign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, p, e, ctx := billingBehindProxy(t, key, ttl)
 
 	p.Delay(time.Second) // the put's reply comes 1 s after the put lands
 	done := make(chan error, 1)
@@ -313,4 +261,38 @@ func TestEnqueue_RefusedRetryAfterALostReplyLeavesNoEntry(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// billingBehindProxy starts a secure etcd and an elector on key, as the
+// billing service's user, whose client reaches the server through a fault
+// proxy; a first term, resigned, has opened the session the next campaign
+// reuses, so that its first request is its put.
+func billingBehindProxy(t *testing.T, key string, ttl time.Duration) (*secureEtcd, *faultproxy.Proxy, *election.Elector, context.Context) {
+	t.Helper()
+	s := startSecureEtcd(t)
+	p, err := faultproxy.New(s.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	cfg := s.config(t, "billing", billingPassword)
+	cfg.Endpoints = []string{p.Addr()}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx := ctxT(t, 60*time.Second)
+	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "a", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, p, e, ctx
 }
