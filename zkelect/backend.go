@@ -74,8 +74,8 @@ type Backend struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	preds    map[string]*parkedPred // watches on predecessors that waits gave up, by node path
-	changed  chan struct{}          // closed and replaced on every session-state change
+	preds    map[string]<-chan zk.Event // watches on predecessors that waits gave up, by node path
+	changed  chan struct{}              // closed and replaced on every session-state change
 	closed   bool
 	// connClosed is set, under mu, just before Close closes the
 	// connection: requests then fail with ErrClosed, and start no more
@@ -122,7 +122,7 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if err := CheckSessionTimeout(sessionTimeout); err != nil {
 		return nil, err
 	}
-	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, preds: map[string]*parkedPred{}, changed: make(chan struct{}),
+	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, preds: map[string]<-chan zk.Event{}, changed: make(chan struct{}),
 		tasks: make(chan func()), quit: make(chan struct{})}
 	var (
 		conn *zk.Conn

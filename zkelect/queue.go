@@ -35,11 +35,12 @@ func newGUID() (string, error) {
 }
 
 // ensureParents creates key and its missing ancestors as container nodes.
-// made lists the nodes it created, and those whose create's reply was
-// lost and which may exist: an Enqueue that fails drops each of them that
-// never had a child (dropUnusedKey), and a create given up in flight drops
-// its node itself once it lands. ZooKeeper never deletes a container that
-// never had a child, and that one keeps its ancestors.
+// made lists the nodes it created: an Enqueue that fails drops each of
+// them that never had a child (dropUnusedKey), and a create given up in
+// flight drops its node itself once it lands. ZooKeeper never deletes a
+// container that never had a child, and that one keeps its ancestors. A
+// create whose reply was lost is not counted: the node found after it may
+// be another client's or an administrator's.
 //
 // A create that fails for another reason than the node's existence is
 // forgiven when the node exists: the server checks the create permission
@@ -50,13 +51,28 @@ func newGUID() (string, error) {
 // this costs that round trip only when a create fails.)
 func (s *session) ensureParents(ctx context.Context, key string) (made []string, err error) {
 	parts := strings.Split(key[1:], "/")
+	for pass := 0; ; pass++ {
+		again, err := s.createPath(ctx, parts, &made)
+		if !again || pass == 2 {
+			return made, err
+		}
+	}
+}
+
+// createPath is one walk of ensureParents down the path of parts. again
+// reports a create that found its parent gone (another Enqueue dropped it,
+// unused, since this walk passed it): the walk must start over.
+func (s *session) createPath(ctx context.Context, parts []string, made *[]string) (again bool, err error) {
 	p := ""
 	for _, c := range parts {
 		p += "/" + c
 		node := p
-		// Given up in flight (ctx ended), the create may still land.
+		// Given up in flight (ctx ended), the create may still land. Only
+		// a create that answered counts as made: a node found after a lost
+		// reply may be an administrator's (a container and a persistent
+		// node look alike to a client), and is left alone.
 		undo := func(_ string, err error) {
-			if err == nil || lostReply(err) {
+			if err == nil {
 				s.b.dropUnusedKey(node)
 			}
 		}
@@ -65,19 +81,19 @@ func (s *session) ensureParents(ctx context.Context, key string) (made []string,
 		}, undo)
 		switch {
 		case err == nil:
-			made = append(made, node)
+			*made = append(*made, node)
 			continue
 		case errors.Is(err, zk.ErrNodeExists):
 			continue
-		case lostReply(err):
-			made = append(made, node) // it may have landed
+		case errors.Is(err, zk.ErrNoNode):
+			return true, translate("create "+node, err)
 		}
 		if _, ok, serr := s.stat(ctx, node); serr == nil && ok {
 			continue
 		}
-		return made, translate("create "+node, err)
+		return false, translate("create "+node, err)
 	}
-	return made, nil
+	return false, nil
 }
 
 // lostReply reports whether err is go-zookeeper's for a request whose
@@ -199,7 +215,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		switch {
 		case err == nil:
 			s.deleteLater(p)
-		case errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer):
+		case lostReply(err):
 			s.b.reapGUID(key, guid)
 		}
 	}
@@ -235,7 +251,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 				return election.Ticket{}, err
 			}
 			continue
-		case errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer):
+		case lostReply(err):
 			// The reply was lost: the node may exist.
 			unknown = true
 			found, ferr := s.findByGUID(ctx, key, guid)
@@ -580,14 +596,11 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			}
 			continue
 		}
-		var (
-			predCh <-chan zk.Event
-			ok     bool
-			taken  *parkedPred // the parked watch predCh came from
-		)
+		var ok bool
 		parkable := true // a data watch on pred (not the queue's)
-		if taken = s.b.takePred(pred); taken != nil {
-			predCh, ok = taken.ch, true
+		predCh := s.b.takePred(pred)
+		if predCh != nil {
+			ok = true // parked while pred stood; if it has gone since, the watch has fired
 		} else {
 			predCh, _, ok, err = s.watch(ctx, pred)
 		}
@@ -622,7 +635,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		}
 		w, err := s.wake(ctx, t.Key, predCh, ownCh)
 		if !w.woke && parkable {
-			s.b.parkPred(pred, predCh, taken)
+			s.b.parkPred(pred, predCh)
 		}
 		switch {
 		case w.ended:
@@ -840,55 +853,34 @@ func pause(ctx context.Context) bool {
 // again and again behind the same holder (Mutex.Lock with a deadline, in a
 // loop, behind a term of days) would add one channel for each try. The
 // Backend parks the watch a wait gave up instead, for the next wait on the
-// same node to take.
-type parkedPred struct {
-	ch   chan zk.Event // the watch's event, forwarded (capacity 1), then closed
-	done bool          // the watch fired or ended: never parked again (under Backend.mu)
-}
+// same node to take. A go-zookeeper watch channel gets one event and is
+// closed: a parked one that has fired is dropped at the next park.
 
 // parkPred keeps ch, the watch on predecessor p of a wait that gave up
-// before it fired, for the next wait on p (takePred). taken is the parked
-// watch ch came from, if it did. When one is parked for p already, ch
-// stays with go-zookeeper until p changes.
-func (b *Backend) parkPred(p string, ch <-chan zk.Event, taken *parkedPred) {
+// before it fired, for the next wait on p (takePred). When one is parked
+// for p already, ch stays with go-zookeeper until p changes.
+func (b *Backend) parkPred(p string, ch <-chan zk.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.connClosed.Load() || b.preds[p] != nil {
-		return
+	for q, c := range b.preds { // drop the ones that fired: their nodes changed
+		select {
+		case <-c:
+			delete(b.preds, q)
+		default:
+		}
 	}
-	if taken != nil {
-		if !taken.done {
-			b.preds[p] = taken
-		}
-		return
+	if _, ok := b.preds[p]; !ok {
+		b.preds[p] = ch
 	}
-	pw := &parkedPred{ch: make(chan zk.Event, 1)}
-	b.preds[p] = pw
-	b.wg.Add(1) // under b.mu, before Close's connClosed: Close waits for it
-	go func() {
-		defer b.wg.Done()
-		// Ends when p changes, or when the connection's watches end (its
-		// session's expiry, Close).
-		if ev, ok := <-ch; ok {
-			pw.ch <- ev
-		}
-		close(pw.ch)
-		b.mu.Lock()
-		pw.done = true
-		if b.preds[p] == pw {
-			delete(b.preds, p)
-		}
-		b.mu.Unlock()
-	}()
 }
 
 // takePred returns and forgets the watch parked for predecessor p, or nil.
-func (b *Backend) takePred(p string) *parkedPred {
+func (b *Backend) takePred(p string) <-chan zk.Event {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	pw := b.preds[p]
+	ch := b.preds[p]
 	delete(b.preds, p)
-	return pw
+	return ch
 }
 
 // parkWatch keeps ch, a watch on node p, for the next WaitHead or
