@@ -2,9 +2,12 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,7 +165,8 @@ func TestLeader_SignalEndsTheLoginToASilentEndpoint(t *testing.T) {
 		p.Wait()
 		done <- p.ProcessState.ExitCode()
 	}()
-	time.Sleep(time.Second) // connecting, logging in
+	waitCaught(t, p.Process.Pid, syscall.SIGINT) // its handler set: it is connecting
+	time.Sleep(500 * time.Millisecond)           // and logging in
 	signaled := time.Now()
 	if err := p.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -178,5 +182,29 @@ func TestLeader_SignalEndsTheLoginToASilentEndpoint(t *testing.T) {
 		p.Process.Kill()
 		<-done
 		t.Fatalf("still connecting 10 s after SIGINT; stderr: %s", stderr.String())
+	}
+}
+
+// waitCaught waits (up to 10 s) until process pid catches sig: its
+// /proc status lists sig in SigCgt.
+func waitCaught(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if hex, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+				if mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64); err == nil && mask&(1<<(uint(sig)-1)) != 0 {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d does not catch %v 10 s on", pid, sig)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/etcdelect"
 )
@@ -25,6 +27,11 @@ func TestLeader_WatchEndsOnASignalWhileItsReaderStalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close() // never read: the reader stalls
+	// The smallest pipe (a page): a few changes fill it.
+	const pipeSize = 4096
+	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, pipeSize); err != nil {
+		t.Fatal(err)
+	}
 	p := tenureCmd("leader", "--backend", "etcd", "--endpoints", endpoint, "--key", key, "--watch", "--json")
 	p.Stdout = w
 	var stderr strings.Builder
@@ -45,24 +52,37 @@ func TestLeader_WatchEndsOnASignalWhileItsReaderStalls(t *testing.T) {
 		<-exited
 	}()
 
-	// Changes of about 400 bytes each until far more than a pipe holds
-	// (64 KiB) has been printed.
+	// Changes of about 400 bytes (holder) and 100 (vacant) until the pipe
+	// holds more than a holder's line could still join: tenure then waits
+	// in its next write.
 	e, err := election.New(etcdelect.New(newClient(t, endpoint)), election.Config{Key: key, Identity: strings.Repeat("x", 350), TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for range 400 {
+	full := func() bool {
+		n, err := unix.IoctlGetInt(int(r.Fd()), unix.TIOCINQ)
+		return err == nil && n > pipeSize-400
+	}
+	for i := 0; !full(); i++ {
+		if i == 200 {
+			t.Fatalf("the pipe is not full after %d changes", i)
+		}
 		if _, err := e.Campaign(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.Resign(ctx); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(5 * time.Millisecond) // for the watch to see each change
 	}
-	time.Sleep(200 * time.Millisecond) // the last changes reach the watch
+	// One more change: the write of it waits, the pipe full.
+	if _, err := e.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
 	select {
 	case code := <-done:
 		t.Fatalf("tenure leader --watch exited %d before the signal; stderr: %s", code, stderr.String())

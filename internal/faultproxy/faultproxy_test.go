@@ -274,16 +274,16 @@ func TestBlackhole_DropsWhatADelayStillHolds(t *testing.T) {
 	if l := <-got; l != "warm\n" {
 		t.Fatalf("server read %q", l)
 	}
-	p.Delay(300 * time.Millisecond)
+	p.Delay(time.Second)
 	if _, err := io.WriteString(c, "held\n"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // read by the proxy, held
+	time.Sleep(100 * time.Millisecond) // read by the proxy, held
 	p.Blackhole()
 	select {
 	case l := <-got:
 		t.Errorf("the server read %q through a blackhole: held bytes went through", l)
-	case <-time.After(time.Second):
+	case <-time.After(2 * time.Second): // past the delay
 	}
 	c.Close()
 	p.Close()
