@@ -38,6 +38,7 @@ type run struct {
 	harness  []string // harness failures (not invariant violations)
 	harnessM sync.Mutex
 
+	partitions    atomic.Int32 // partitions made (one per round: a server fault covers every lane)
 	partitionHits atomic.Int32 // partitions that cut off a server a leader's session was on
 }
 

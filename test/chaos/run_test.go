@@ -32,6 +32,7 @@ type result struct {
 	refused           int // stale writes the register refused
 	excused           int
 	lateOK            int // writes of excused holders the register accepted after their successor began
+	partitions        int // partitions made (one per round)
 	partitionHits     int // partitions that cut off a server a leader's session was on
 	violations        []violation
 	harness           []string
@@ -55,7 +56,7 @@ func doRun(c runConfig) (res result) {
 		r.harnessM.Lock() // candidates' output readers may still report
 		res.harness = append(res.harness, r.harness...)
 		r.harnessM.Unlock()
-		res.partitionHits = int(r.partitionHits.Load())
+		res.partitions, res.partitionHits = int(r.partitions.Load()), int(r.partitionHits.Load())
 	}()
 	// Set up before the proxies are: a proxy that fails to start must not
 	// leave the ones made before it running.

@@ -194,6 +194,7 @@ var scenarios = []scenario{
 			if err != nil {
 				return nil, 0, err
 			}
+			r.partitions.Add(1)
 			if onIt > 0 {
 				// A leader's session is on the cut-off server: the
 				// hazard this scenario is for (renewals answered from
