@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,16 +67,26 @@ func Start(dir string, opts Options) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ports, err := testnet.FreePorts(1)
-	if err != nil {
-		return nil, err
+	// Another process may bind the port between its choice and the
+	// server's start (the test packages run side by side): choose again.
+	for attempt := 0; ; attempt++ {
+		ports, err := testnet.FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{dir: dir, port: ports[0], opts: opts}
+		err = s.Restart()
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 2 {
+			return nil, err
+		}
 	}
-	s := &Server{dir: dir, port: ports[0], opts: opts}
-	if err := s.Restart(); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
+
+// errPortTaken is why a start failed when its port was taken.
+var errPortTaken = errors.New("port already in use")
 
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
@@ -106,6 +117,10 @@ func (s *Server) Restart() error {
 		args = append(args, "--requirepass", s.opts.Password)
 	}
 	args = append(args, s.opts.Args...)
+	var offset int64 // this start's lines of the log begin here
+	if fi, err := os.Stat(s.LogFile()); err == nil {
+		offset = fi.Size()
+	}
 	cmd := exec.Command(Program, args...)
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -113,15 +128,19 @@ func (s *Server) Restart() error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	// Ready when its log says so: a connection alone could reach another
+	// process that took the port.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
-		if err == nil {
-			c.Close()
+		tail := testnet.LogTail(s.LogFile(), offset)
+		if strings.Contains(tail, "Ready to accept connections") {
 			break
 		}
 		select {
 		case werr := <-exited:
+			if strings.Contains(testnet.LogTail(s.LogFile(), offset), "Address already in use") {
+				return fmt.Errorf("redisserver: %w: %d", errPortTaken, s.port)
+			}
 			return fmt.Errorf("redisserver: redis-server exited (%v):\n%s", werr, testnet.LogTail(s.LogFile(), 0))
 		case <-time.After(20 * time.Millisecond):
 		}
