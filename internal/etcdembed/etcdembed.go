@@ -6,6 +6,7 @@ package etcdembed
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -29,6 +30,17 @@ func Start(dir string) (*Server, error) { return StartTimed(dir, 10, 100) }
 // StartTimed is Start with the given heartbeat and election timeout in
 // milliseconds. etcd's defaults are 100 and 1000.
 func StartTimed(dir string, tickMs, electionMs uint) (*Server, error) {
+	// Another process may bind a port between its choice and the start
+	// (the test packages run side by side): choose again.
+	for attempt := 0; ; attempt++ {
+		s, err := startTimed(dir, tickMs, electionMs)
+		if err == nil || !strings.Contains(err.Error(), "address already in use") || attempt == 2 {
+			return s, err
+		}
+	}
+}
+
+func startTimed(dir string, tickMs, electionMs uint) (*Server, error) {
 	ports, err := testnet.FreePorts(2)
 	if err != nil {
 		return nil, err
@@ -50,6 +62,9 @@ func StartTimed(dir string, tickMs, electionMs uint) (*Server, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd failed before it was ready: %w", err)
 	case <-time.After(30 * time.Second):
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd not ready after 30s")
