@@ -15,37 +15,38 @@ import (
 	"github.com/tenure-go/tenure/zkelect"
 )
 
-// ZooKeeper's opcodes of the requests a session sends on its own.
+// ZooKeeper's opcodes the tests look for: the requests a session sends
+// on its own (its confirms are syncs), and a container's create.
 const (
-	opSync = 9
-	opPing = 11
+	opSync            = 9
+	opPing            = 11
+	opCreateContainer = 19
 )
 
-// countingDialer counts the requests go-zookeeper writes (one Write per
-// request), pings and syncs (the session's confirms) left out: those come
-// every third of the session timeout whatever the waiter does.
-func countingDialer(n *atomic.Int64) zk.Dialer {
+// opDialer dials as go-zookeeper would, and calls onWrite with the opcode
+// of each request once it has been written (go-zookeeper writes one
+// request per Write).
+func opDialer(onWrite func(op int32)) zk.Dialer {
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
 		c, err := net.DialTimeout(network, address, timeout)
 		if err != nil {
 			return nil, err
 		}
-		return &countingConn{Conn: c, n: n}, nil
+		return &opConn{Conn: c, onWrite: onWrite}, nil
 	}
 }
 
-type countingConn struct {
+type opConn struct {
 	net.Conn
-	n *atomic.Int64
+	onWrite func(op int32)
 }
 
-func (c *countingConn) Write(b []byte) (int, error) {
+func (c *opConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
 	if len(b) >= 12 {
-		if op := int32(binary.BigEndian.Uint32(b[8:12])); op != opPing && op != opSync {
-			c.n.Add(1)
-		}
+		c.onWrite(int32(binary.BigEndian.Uint32(b[8:12])))
 	}
-	return c.Conn.Write(b)
+	return n, err
 }
 
 // mkKey creates key's node with acl, and its missing ancestors open.
@@ -88,7 +89,13 @@ func TestWaitHead_PredecessorItCannotReadIsWaitedOnWithoutPolling(t *testing.T) 
 	}
 
 	var writes atomic.Int64
-	b := dialWith(t, zkelect.WithDialer(countingDialer(&writes)))
+	// Requests counted, pings and confirms left out: those come every
+	// third of the session timeout whatever the waiter does.
+	b := dialWith(t, zkelect.WithDialer(opDialer(func(op int32) {
+		if op != opPing && op != opSync {
+			writes.Add(1)
+		}
+	})))
 	e := newZKElector(t, b, key, "tenure")
 	done := make(chan error, 1)
 	go func() { _, err := e.Campaign(ctx); done <- err }()

@@ -2,9 +2,7 @@ package zkelect_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,24 +13,6 @@ import (
 	"github.com/tenure-go/tenure/internal/faultproxy"
 	"github.com/tenure-go/tenure/zkelect"
 )
-
-// opCreateContainer is ZooKeeper's opcode of a container's create.
-const opCreateContainer = 19
-
-// hookConn calls onContainer once a container create request has been
-// written (go-zookeeper writes one request per Write).
-type hookConn struct {
-	net.Conn
-	onContainer func()
-}
-
-func (c *hookConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if len(b) >= 12 && int32(binary.BigEndian.Uint32(b[8:12])) == opCreateContainer {
-		c.onContainer()
-	}
-	return n, err
-}
 
 // TestEnqueue_KeyCreateGivenUpInFlightLeavesNoKey: an Enqueue whose ctx
 // ends while its create of the key's node, or of one of its ancestors, is
@@ -65,17 +45,11 @@ func givenUpInFlight(t *testing.T, key, first string) {
 	}
 	t.Cleanup(func() { p.Close() })
 	var giveUp atomic.Pointer[context.CancelFunc]
-	dialer := func(network, address string, timeout time.Duration) (net.Conn, error) {
-		c, err := net.DialTimeout(network, address, timeout)
-		if err != nil {
-			return nil, err
+	dialer := opDialer(func(op int32) {
+		if f := giveUp.Load(); f != nil && op == opCreateContainer {
+			(*f)() // the create is on its way: give up
 		}
-		return &hookConn{Conn: c, onContainer: func() {
-			if f := giveUp.Load(); f != nil {
-				(*f)() // the create is on its way: give up
-			}
-		}}, nil
-	}
+	})
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	b, err := zkelect.Dial(dctx, []string{p.Addr()}, ttl, zkelect.WithDialer(dialer))
 	cancel()
