@@ -321,19 +321,7 @@ func TestExec_SecondSignalKills(t *testing.T) {
 	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--",
 		"sh", "-c", `trap '' TERM; echo $$ > `+path(dir, "a-pid")+`; while :; do sleep 0.01; done`)...)
 	pidIn(t, path(dir, "a-pid"))
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	select {
-	case <-a.done:
-		t.Fatalf("tenure exited %d after one SIGTERM although the command ignores it; stderr: %s", a.code, a.stderr)
-	default:
-	}
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := a.wait(t, 5*time.Second); code != 128+int(syscall.SIGKILL) {
+	if code, _ := signalTwice(t, a, 5*time.Second); code != 128+int(syscall.SIGKILL) {
 		t.Fatalf("tenure exited %d after a second SIGTERM, want %d (the command SIGKILLed); stderr: %s", code, 128+int(syscall.SIGKILL), a.stderr)
 	}
 }
