@@ -34,6 +34,11 @@
 //     key.
 //   - Watches require a leader (clientv3.WithRequireLeader), so a member
 //     cut off from its cluster fails them instead of going silent.
+//   - On queues of 32 keys or more, a holder that resigns records the
+//     handover ("<key>.tenure-released", outside the queue's prefix, on its
+//     lease) in its delete's transaction, and the next waiter proves itself
+//     first from that record instead of a range over the whole queue
+//     (docs/etcd.md).
 //
 // # Security
 //

@@ -140,8 +140,18 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 // TestInterop_ConcurrencyElectionAndMutex shows that concurrency.Election
 // (etcdctl elect) and concurrency.Mutex (etcdctl lock) contend with tenure
-// on the same keys, in one arrival-ordered queue.
+// on the same keys, in one arrival-ordered queue; with handover records too
+// (written and read on every queue, as on long ones), which the peers
+// neither write nor read.
 func TestInterop_ConcurrencyElectionAndMutex(t *testing.T) {
+	t.Run("records=long-queues", interopConcurrency)
+	t.Run("records=always", func(t *testing.T) {
+		defer etcdelect.SetHandoverQueue(0)()
+		interopConcurrency(t)
+	})
+}
+
+func interopConcurrency(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	key := electiontest.Key(t)
 	raw := newClient(t, endpoint)

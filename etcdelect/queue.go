@@ -115,7 +115,7 @@ func (s *session) abandon(cause error) {
 // revision minRev or later is a state the cluster committed, and entries
 // older than t never appear later, so "none older than t" read there
 // holds from then on.
-func (s *session) read(ctx context.Context, t election.Ticket, all bool, minRev int64) (own, pred *mvccpb.KeyValue, verified bool, ahead int, rev int64, err error) {
+func (s *session) read(ctx context.Context, t election.Ticket, all bool, minRev int64) (own, pred *mvccpb.KeyValue, verified bool, ahead int, rev, size int64, err error) {
 	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token) - 1)}
 	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(int64(t.Token)-1), clientv3.WithKeysOnly())
 	if all {
@@ -131,36 +131,24 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool, minRev 
 		clientv3.OpGet(prefix(t.Key), before...),
 	).Commit()
 	if err != nil {
-		return nil, nil, false, 0, 0, translate("read queue", err)
+		return nil, nil, false, 0, 0, 0, translate("read queue", err)
 	}
 	if minRev > 0 && resp.Header.Revision < minRev {
 		return s.read(ctx, t, all, 0) // the member lags what we saw: agree first
 	}
 	rev = resp.Header.Revision
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && uint64(kvs[0].CreateRevision) == t.Token {
-		own = kvs[0]
+	if own, err = s.ownEntry(ctx, t, resp.Responses[0].GetResponseRange().Kvs, rev); err != nil {
+		return nil, nil, false, 0, 0, 0, err
 	}
-	if own != nil && own.Version != 1 {
-		// tenure puts an entry once: someone else has written it since.
-		// A keys-only read carries no lease; read the entry whole, and
-		// count it as ours only if it is still attached to the session's
-		// lease (waiters count an entry without it as no contender).
-		g, err := s.cli.Get(ctx, t.Name, clientv3.WithRev(rev))
-		if err != nil {
-			return nil, nil, false, 0, 0, translate("read own entry", err)
-		}
-		if len(g.Kvs) != 1 || uint64(g.Kvs[0].CreateRevision) != t.Token || clientv3.LeaseID(g.Kvs[0].Lease) != s.id {
-			own = nil
-		}
-	}
+	size = resp.Responses[1].GetResponseRange().Count
 	kvs := resp.Responses[1].GetResponseRange().Kvs
 	if !all && len(kvs) > 0 {
 		if _, ok := parseEntry(t.Key, kvs[0].Key); ok && !s.skipped(kvs[0]) {
-			return own, kvs[0], false, 1, rev, nil
+			return own, kvs[0], false, 1, rev, size, nil
 		}
 		r, err := s.cli.Get(ctx, prefix(t.Key), append(older, clientv3.WithRev(rev))...)
 		if err != nil {
-			return nil, nil, false, 0, 0, translate("read queue", err)
+			return nil, nil, false, 0, 0, 0, translate("read queue", err)
 		}
 		kvs = r.Kvs
 	}
@@ -183,14 +171,37 @@ func (s *session) read(ctx context.Context, t election.Ticket, all bool, minRev 
 		// so that waitDelete looks at it a TTL from now before it is
 		// skipped. A holder cut off from etcd may lead until its
 		// deadline after its entry was detached.
-		return own, detached, false, ahead, rev, nil
+		return own, detached, false, ahead, rev, size, nil
 	}
-	return own, pred, true, ahead, rev, nil
+	return own, pred, true, ahead, rev, size, nil
+}
+
+// ownEntry returns t's entry from kvs, a keys-only read of its name at rev,
+// or nil when it is gone or no longer t's.
+func (s *session) ownEntry(ctx context.Context, t election.Ticket, kvs []*mvccpb.KeyValue, rev int64) (*mvccpb.KeyValue, error) {
+	if len(kvs) != 1 || uint64(kvs[0].CreateRevision) != t.Token {
+		return nil, nil
+	}
+	if kvs[0].Version == 1 {
+		return kvs[0], nil
+	}
+	// tenure puts an entry once: someone else has written it since. A
+	// keys-only read carries no lease; read the entry whole, and count it
+	// as ours only if it is still attached to the session's lease (waiters
+	// count an entry without it as no contender).
+	g, err := s.cli.Get(ctx, t.Name, clientv3.WithRev(rev))
+	if err != nil {
+		return nil, translate("read own entry", err)
+	}
+	if len(g.Kvs) != 1 || uint64(g.Kvs[0].CreateRevision) != t.Token || clientv3.LeaseID(g.Kvs[0].Lease) != s.id {
+		return nil, nil
+	}
+	return kvs[0], nil
 }
 
 // Ahead counts the entries older than t.
 func (s *session) Ahead(ctx context.Context, t election.Ticket) (int, error) {
-	own, _, _, n, _, err := s.read(ctx, t, true, 0)
+	own, _, _, n, _, _, err := s.read(ctx, t, true, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -224,6 +235,11 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		}
 	}()
 	var seen int64 // the revision of the predecessor's delete, once seen
+	var (
+		delRev int64            // the revision of that delete, when an event showed it
+		pred   *mvccpb.KeyValue // the predecessor waited on last
+		size   int64            // keys under the prefix at the last queue read
+	)
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -252,7 +268,24 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if seen > 0 {
 			minRev = max(seen, ow.rev, int64(t.Token))
 		}
-		own, pred, verified, _, rev, err := s.read(ctx, t, false, minRev)
+		if delRev > 0 && size >= handoverQueue.Load() && !s.noHandover.Load() {
+			// Released by a proven head? Then no read of the queue.
+			own, decided, err := s.readHandover(ctx, t, pred, delRev, minRev)
+			switch {
+			case err != nil && errors.Is(err, tenure.ErrInvalidConfig):
+				// The role does not cover the record: the queue it is.
+				s.noHandover.Store(true)
+			case err == nil && decided && own == nil:
+				return s.lost(ctx, t)
+			case err == nil && decided:
+				s.prove(ow, t)
+				s.markHead(t, size)
+				return nil
+			}
+			// Undecided, or failed: read the queue.
+		}
+		delRev = 0
+		own, p, verified, _, rev, n, err := s.read(ctx, t, false, minRev)
 		seen = 0
 		if err != nil {
 			if errors.Is(err, tenure.ErrInvalidConfig) {
@@ -266,15 +299,16 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if own == nil {
 			return s.lost(ctx, t)
 		}
+		pred, size = p, n
 		if pred == nil {
 			// First in the queue, and the same read shows our own entry,
 			// read after the own-entry watch existed: WatchLoss can rely on
 			// that watch without reading again.
 			s.prove(ow, t)
+			s.markHead(t, size)
 			return nil
 		}
-		deleted, err := s.waitDelete(wctx, ctx, t, pred, verified, rev, ow)
-		seen = deleted
+		seen, delRev, err = s.waitDelete(wctx, ctx, t, pred, verified, rev, ow)
 		switch {
 		case errors.Is(err, errOwnGone):
 			return s.lost(ctx, t)
@@ -298,13 +332,14 @@ var (
 // the watch exists, so a delete in between is not missed. It returns nil
 // when pred is gone or on a transient failure (the caller re-reads), with
 // the revision of the watch response that showed pred gone (0 when no
-// event showed it),
+// event showed it) and, when that event was pred's delete, the delete's
+// revision (0 otherwise),
 // errOwnGone when t's entry was deleted, errOwnWatch when the own-entry
 // watch failed. An unverified pred (read keys-only) that is still there a
 // TTL later has its lease checked once, and so has one detached from its
 // lease meanwhile (a TTL after the detach): one without its lease is no
 // entry, and the caller re-reads the queue with leases.
-func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, verified bool, readRev int64, ow *ownWatch) (int64, error) {
+func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, verified bool, readRev int64, ow *ownWatch) (seen, delRev int64, err error) {
 	armedRev := readRev // a look is due a TTL after pred stood as at this revision
 	pctx, cancel := context.WithCancel(wctx)
 	defer cancel()
@@ -312,7 +347,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	createdRev, err := awaitCreatedRev(ctx, pch)
 	if err != nil {
 		pause(ctx)
-		return 0, err
+		return 0, 0, err
 	}
 	// When nothing was written between the read and the watch's creation,
 	// the predecessor still exists and every change to it is delivered.
@@ -326,10 +361,10 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 		g, err := s.cli.Get(ctx, string(pred.Key))
 		if err != nil {
 			pause(ctx)
-			return 0, err
+			return 0, 0, err
 		}
 		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
-			return 0, nil
+			return 0, 0, nil
 		}
 		// Detached between the read and the watch: no event will say
 		// so (see the detach case below).
@@ -364,15 +399,18 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	for {
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		case wr, ok := <-pch:
 			if !ok || wr.Err() != nil {
 				pause(ctx)
-				return 0, errors.New("predecessor watch failed")
+				return 0, 0, errors.New("predecessor watch failed")
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != pred.CreateRevision {
-					return wr.Header.Revision, nil
+				if ev.Type == clientv3.EventTypeDelete {
+					return wr.Header.Revision, ev.Kv.ModRevision, nil
+				}
+				if ev.Kv.CreateRevision != pred.CreateRevision {
+					return wr.Header.Revision, 0, nil // deleted and put again
 				}
 				now := isEntry(t.Key, ev.Kv)
 				if !now && (attached || !known) {
@@ -388,11 +426,11 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			}
 		case wr, ok := <-ow.ch:
 			if !ok || wr.Err() != nil {
-				return 0, errOwnWatch
+				return 0, 0, errOwnWatch
 			}
 			for _, ev := range wr.Events {
 				if lostBy(ev, t.Token, s.id) {
-					return 0, errOwnGone
+					return 0, 0, errOwnGone
 				}
 			}
 		case <-verify:
@@ -400,10 +438,10 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			g, err := s.cli.Get(ctx, string(pred.Key))
 			if err != nil {
 				pause(ctx)
-				return 0, err
+				return 0, 0, err
 			}
 			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
-				return 0, nil // gone meanwhile
+				return 0, 0, nil // gone meanwhile
 			}
 			if !isEntry(t.Key, g.Kvs[0]) {
 				if g.Kvs[0].ModRevision > armedRev && s.attachedAt(ctx, t.Key, pred, armedRev) {
@@ -417,7 +455,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 				}
 				s.skip(g.Kvs[0])
 				s.skipStale(ctx, t, readRev)
-				return 0, nil
+				return 0, 0, nil
 			}
 		}
 	}
@@ -701,15 +739,6 @@ func (s *session) skipped(kv *mvccpb.KeyValue) bool {
 	defer s.ownMu.Unlock()
 	rev, ok := s.foreign[string(kv.Key)]
 	return ok && rev == kv.CreateRevision
-}
-
-// Dequeue deletes t's entry if its create revision is still t's.
-func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
-	_, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(t.Name), "=", int64(t.Token))).
-		Then(clientv3.OpDelete(t.Name)).
-		Commit()
-	return translate("dequeue", err)
 }
 
 func pause(ctx context.Context) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -73,6 +74,13 @@ type session struct {
 	// their lease (another client's data), by name, with their create
 	// revision.
 	foreign map[string]int64
+	// heads are this session's entries proven first in a queue of at
+	// least handoverQueue keys, by name, with their token: releasing one
+	// records the handover (see handover.go).
+	heads map[string]uint64
+	// noHandover is set once the server refused a handover record (a role
+	// without permission on it): releases delete only from then on.
+	noHandover atomic.Bool
 
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
