@@ -27,13 +27,34 @@ const MaxKeyLen = 1024
 // Backend is an election.Backend on one etcd client. It is safe for
 // concurrent use. It does not own the client.
 type Backend struct {
-	cli *clientv3.Client
+	cli      *clientv3.Client
+	handover int64 // WithHandoverRecords' queue length; 0: never
 }
 
 var _ election.Backend = (*Backend)(nil)
 
+// An Option configures a Backend (New).
+type Option func(*Backend)
+
+// WithHandoverRecords sets the queue length, in keys under the election
+// key's prefix, from which a resigning head records the handover
+// ("<key>.tenure-released") and its successor reads that record instead of
+// the queue (docs/etcd.md). Default 32. 1 uses records on every queue; 0 or
+// less, on none: the backend then writes nothing outside "<key>/".
+func WithHandoverRecords(minQueue int) Option {
+	return func(b *Backend) { b.handover = int64(max(minQueue, 0)) }
+}
+
 // New returns a Backend on cli.
-func New(cli *clientv3.Client) *Backend { return &Backend{cli: cli} }
+func New(cli *clientv3.Client, opts ...Option) *Backend {
+	b := &Backend{cli: cli, handover: defaultHandoverQueue}
+	for _, o := range opts {
+		if o != nil {
+			o(b)
+		}
+	}
+	return b
+}
 
 // Client returns the client the backend uses.
 func (b *Backend) Client() *clientv3.Client { return b.cli }

@@ -64,7 +64,7 @@ type harness struct {
 	admin   *clientv3.Client
 }
 
-func newHarness(t *testing.T) electiontest.Harness {
+func newHarness(t *testing.T, opts ...etcdelect.Option) electiontest.Harness {
 	h := &harness{proxies: map[election.Backend]*faultproxy.Proxy{}, admin: newClient(t, endpoint)}
 	t.Cleanup(func() { h.admin.Close() })
 	return electiontest.Harness{
@@ -79,7 +79,7 @@ func newHarness(t *testing.T) electiontest.Harness {
 				t.Fatal(err)
 			}
 			cli := newClient(t, p.Addr())
-			b := etcdelect.New(cli)
+			b := etcdelect.New(cli, opts...)
 			h.mu.Lock()
 			h.proxies[b] = p
 			h.mu.Unlock()
@@ -144,14 +144,11 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 // (written and read on every queue, as on long ones), which the peers
 // neither write nor read.
 func TestInterop_ConcurrencyElectionAndMutex(t *testing.T) {
-	t.Run("records=long-queues", interopConcurrency)
-	t.Run("records=always", func(t *testing.T) {
-		defer etcdelect.SetHandoverQueue(0)()
-		interopConcurrency(t)
-	})
+	t.Run("records=long-queues", func(t *testing.T) { interopConcurrency(t) })
+	t.Run("records=always", func(t *testing.T) { interopConcurrency(t, etcdelect.WithHandoverRecords(1)) })
 }
 
-func interopConcurrency(t *testing.T) {
+func interopConcurrency(t *testing.T, opts ...etcdelect.Option) {
 	ctx := ctxT(t, 30*time.Second)
 	key := electiontest.Key(t)
 	raw := newClient(t, endpoint)
@@ -174,7 +171,7 @@ func interopConcurrency(t *testing.T) {
 	}
 	cli := newClient(t, endpoint)
 	defer cli.Close()
-	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: "tenure", TTL: 2 * time.Second})
+	e, err := election.New(etcdelect.New(cli, opts...), election.Config{Key: key, Identity: "tenure", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

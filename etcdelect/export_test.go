@@ -31,10 +31,3 @@ func OwnWatchBacklog(es election.Session, key string) int {
 		}
 	}
 }
-
-// SetHandoverQueue sets the queue length from which handover records are
-// written and read, and returns a func that restores it.
-func SetHandoverQueue(n int64) (restore func()) {
-	old := handoverQueue.Swap(n)
-	return func() { handoverQueue.Store(old) }
-}

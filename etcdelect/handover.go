@@ -3,7 +3,6 @@ package etcdelect
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,18 +33,13 @@ import (
 // etcdctl, the record was overwritten or refused) sends W to the range.
 //
 // Only queues long enough for the range to cost use it: a session records
-// a handover only for an entry whose proof read saw at least handoverQueue
-// keys under the prefix, and a waiter looks for one only when its own last
+// a handover only for an entry whose proof read saw at least 32 keys under
+// the prefix (WithHandoverRecords), and a waiter looks for one only when its own last
 // read saw as many. On short queues nothing changes, and no record is left
 // behind when the last of a few candidates resigns.
 
-// handoverQueue is the queue length (keys under the prefix) from which
-// handover records are written and read: 32.
-var handoverQueue = func() *atomic.Int64 {
-	var n atomic.Int64
-	n.Store(32)
-	return &n
-}()
+// defaultHandoverQueue is WithHandoverRecords' default.
+const defaultHandoverQueue = 32
 
 // handoverSuffix names a key's handover record: "<key>.tenure-released",
 // outside the "<key>/" prefix that etcdctl lock and elect treat as the
@@ -62,7 +56,7 @@ func handoverValue(token int64, name []byte) string {
 // markHead records t, just proven first in a queue of size keys, so that
 // its release records the handover.
 func (s *session) markHead(t election.Ticket, size int64) {
-	if size < handoverQueue.Load() || s.noHandover.Load() {
+	if s.handover == 0 || size < s.handover || s.noHandover.Load() {
 		return
 	}
 	s.ownMu.Lock()

@@ -95,7 +95,7 @@ func (l *rangeLog) len() int {
 	return len(l.ranges)
 }
 
-func loggedElector(t *testing.T, key, id string) (*election.Elector, *rangeLog) {
+func loggedElector(t *testing.T, key, id string, opts ...etcdelect.Option) (*election.Elector, *rangeLog) {
 	t.Helper()
 	l := &rangeLog{}
 	cli, err := clientv3.New(clientv3.Config{
@@ -106,7 +106,7 @@ func loggedElector(t *testing.T, key, id string) (*election.Elector, *rangeLog) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	e, err := election.New(etcdelect.New(cli), election.Config{Key: key, Identity: id, TTL: 2 * time.Second})
+	e, err := election.New(etcdelect.New(cli, opts...), election.Config{Key: key, Identity: id, TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,19 +145,29 @@ func campaignAsync(ctx context.Context, t *testing.T, e *election.Elector) <-cha
 // more, a holder that resigns records the handover in its delete's
 // transaction, and the next waiter, woken by that delete, leads after one
 // read of its entry and that record, without a range over the queue. On a
-// short queue (the control) the same successor ranges over the queue.
+// short queue, and with records off (WithHandoverRecords(0)), the same
+// successor ranges over the queue and no record is written.
 func TestHandover_LongQueueSuccessorReadsNoQueue(t *testing.T) {
 	admin := newClient(t, endpoint)
 	defer admin.Close()
-	for _, long := range []bool{true, false} {
-		t.Run(fmt.Sprintf("long=%v", long), func(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		long bool
+		opts []etcdelect.Option
+	}{
+		{"long", true, nil},
+		{"short", false, nil},
+		{"long-records-off", false, []etcdelect.Option{etcdelect.WithHandoverRecords(0)}},
+	} {
+		long := c.long
+		t.Run(c.name, func(t *testing.T) {
 			key := electiontest.Key(t)
-			if long {
+			if long || c.opts != nil {
 				fillQueue(t, admin, key, 33)
 			}
 			ctx := ctxT(t, 30*time.Second)
-			a, _ := loggedElector(t, key, "a")
-			b, bl := loggedElector(t, key, "b")
+			a, _ := loggedElector(t, key, "a", c.opts...)
+			b, bl := loggedElector(t, key, "b", c.opts...)
 			ta, err := a.Campaign(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -185,7 +195,7 @@ func TestHandover_LongQueueSuccessorReadsNoQueue(t *testing.T) {
 			}
 			if !long {
 				if queueReads == 0 || recordReads != 0 || len(rec.Kvs) != 0 {
-					t.Fatalf("short queue: b made %d queue reads and %d record reads, %d records; want >0, 0, 0", queueReads, recordReads, len(rec.Kvs))
+					t.Fatalf("b made %d queue reads and %d record reads, %d records; want >0, 0, 0", queueReads, recordReads, len(rec.Kvs))
 				}
 				return
 			}
@@ -341,6 +351,5 @@ func TestHandover_RecordRefusedByTheRoleStillReleases(t *testing.T) {
 // every release of a proven head records it, every waiter woken by a
 // delete looks for it first.
 func TestConformance_EtcdHandoverOnEveryRelease(t *testing.T) {
-	defer etcdelect.SetHandoverQueue(0)()
-	electiontest.Run(t, newHarness(t))
+	electiontest.Run(t, newHarness(t, etcdelect.WithHandoverRecords(1)))
 }

@@ -268,7 +268,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if seen > 0 {
 			minRev = max(seen, ow.rev, int64(t.Token))
 		}
-		if delRev > 0 && size >= handoverQueue.Load() && !s.noHandover.Load() {
+		if delRev > 0 && s.handover > 0 && size >= s.handover && !s.noHandover.Load() {
 			// Released by a proven head? Then no read of the queue.
 			own, decided, err := s.readHandover(ctx, t, pred, delRev, minRev)
 			switch {

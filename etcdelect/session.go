@@ -46,7 +46,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		return nil, fmt.Errorf("%w: etcd granted a %ds lease for the %ds asked: the server's minimum lease TTL is above the TTL", tenure.ErrInvalidConfig, resp.TTL, want)
 	}
 	s := &session{
-		cli: b.cli, id: resp.ID, opts: opts,
+		cli: b.cli, id: resp.ID, opts: opts, handover: b.handover,
 		granted:  election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second},
 		loopDone: make(chan struct{}),
 	}
@@ -75,9 +75,10 @@ type session struct {
 	// revision.
 	foreign map[string]int64
 	// heads are this session's entries proven first in a queue of at
-	// least handoverQueue keys, by name, with their token: releasing one
+	// least handover keys, by name, with their token: releasing one
 	// records the handover (see handover.go).
-	heads map[string]uint64
+	heads    map[string]uint64
+	handover int64 // the Backend's WithHandoverRecords; 0: never
 	// noHandover is set once the server refused a handover record (a role
 	// without permission on it): releases delete only from then on.
 	noHandover atomic.Bool

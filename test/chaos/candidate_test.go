@@ -65,6 +65,10 @@ const (
 	envRegister  = "CHAOS_REGISTER" // the checker's register URL
 	envEvery     = "CHAOS_EVERY"    // milliseconds between writes
 	envBroken    = "CHAOS_BROKEN"   // "", brokenNoDeadline or brokenStall
+	// envHandover "1": an etcd candidate records and reads handovers on
+	// every queue (etcdelect.WithHandoverRecords(1)), not only on queues of
+	// 32 keys or more, which the chaos lanes never reach.
+	envHandover = "CHAOS_HANDOVER"
 )
 
 // brokenNoDeadline is the lease-deadline-off variant: the elected work
@@ -276,7 +280,11 @@ func dialOnce(ctx context.Context, backend string, endpoints []string, ttl time.
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return etcdelect.New(cli), func() string { return "" }, func() { cli.Close() }, nil
+		var opts []etcdelect.Option
+		if os.Getenv(envHandover) == "1" {
+			opts = append(opts, etcdelect.WithHandoverRecords(1))
+		}
+		return etcdelect.New(cli, opts...), func() string { return "" }, func() { cli.Close() }, nil
 	case "zookeeper":
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

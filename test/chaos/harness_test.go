@@ -177,6 +177,10 @@ func (s *slot) spawn() error {
 		envRegister+"="+r.reg.URL(),
 		envEvery+"="+strconv.FormatInt(r.every.Milliseconds(), 10),
 		envBroken+"="+r.broken,
+		// Every other slot uses etcd handover records on every queue: a
+		// lane mixes sessions that write and read them with sessions
+		// that do neither.
+		envHandover+"="+strconv.Itoa(1-s.idx%2),
 		"GOTRACEBACK=all",
 	)
 	cmd.Stderr = os.Stderr // where SIGQUIT's goroutine dump goes (diagnose)
