@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
@@ -25,6 +27,14 @@ type rangeLog struct {
 	mu      sync.Mutex
 	ranges  []*pb.RangeRequest
 	created int
+	puts    map[string]int // transactions that put the key, by key
+	// loseReply, when set, is asked about each transaction after the
+	// server answered it: true drops the answer and fails the call as a
+	// lost reply would (codes.Unavailable).
+	loseReply func(*pb.TxnRequest) bool
+	// failBefore, when set, is asked about each transaction before it is
+	// sent: true fails it unsent (codes.Unavailable).
+	failBefore func(*pb.TxnRequest) bool
 }
 
 func (l *rangeLog) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -67,10 +77,31 @@ func (l *rangeLog) intercept(ctx context.Context, method string, req, reply any,
 			if rr := op.GetRequestRange(); rr != nil {
 				l.ranges = append(l.ranges, rr)
 			}
+			if p := op.GetRequestPut(); p != nil {
+				if l.puts == nil {
+					l.puts = map[string]int{}
+				}
+				l.puts[string(p.Key)]++
+			}
 		}
 	}
+	lose, fail := l.loseReply, l.failBefore
 	l.mu.Unlock()
-	return invoker(ctx, method, req, reply, cc, opts...)
+	if r, ok := req.(*pb.TxnRequest); ok && fail != nil && fail(r) {
+		return status.Error(codes.Unavailable, "test: not sent")
+	}
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if r, ok := req.(*pb.TxnRequest); ok && err == nil && lose != nil && lose(r) {
+		return status.Error(codes.Unavailable, "test: reply lost")
+	}
+	return err
+}
+
+// putsOf returns how many transactions put key.
+func (l *rangeLog) putsOf(key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.puts[key]
 }
 
 // since returns how many of the ranges recorded from index from on cover
@@ -97,11 +128,15 @@ func (l *rangeLog) len() int {
 
 func loggedElector(t *testing.T, key, id string, opts ...etcdelect.Option) (*election.Elector, *rangeLog) {
 	t.Helper()
+	return loggedElectorOn(t, clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}, key, id, opts...)
+}
+
+// loggedElectorOn is loggedElector on a client made from cfg.
+func loggedElectorOn(t *testing.T, cfg clientv3.Config, key, id string, opts ...etcdelect.Option) (*election.Elector, *rangeLog) {
+	t.Helper()
 	l := &rangeLog{}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(l.intercept), grpc.WithChainStreamInterceptor(l.interceptStream)},
-	})
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(l.intercept), grpc.WithChainStreamInterceptor(l.interceptStream))
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,74 +179,93 @@ func campaignAsync(ctx context.Context, t *testing.T, e *election.Elector) <-cha
 // TestHandover_LongQueueSuccessorReadsNoQueue: in a queue of 32 keys or
 // more, a holder that resigns records the handover in its delete's
 // transaction, and the next waiter, woken by that delete, leads after one
-// read of its entry and that record, without a range over the queue. On a
-// short queue, and with records off (WithHandoverRecords(0)), the same
-// successor ranges over the queue and no record is written.
+// read of its entry and that record, without a range over the queue; so
+// does the one after it, whose predecessor was itself proven first by a
+// record. On a short queue, and with records off (WithHandoverRecords(0)),
+// the same successors range over the queue and no record is written.
 func TestHandover_LongQueueSuccessorReadsNoQueue(t *testing.T) {
 	admin := newClient(t, endpoint)
 	defer admin.Close()
 	for _, c := range []struct {
-		name string
-		long bool
-		opts []etcdelect.Option
+		name    string
+		fill    bool
+		records bool // expected
+		opts    []etcdelect.Option
 	}{
-		{"long", true, nil},
-		{"short", false, nil},
-		{"long-records-off", false, []etcdelect.Option{etcdelect.WithHandoverRecords(0)}},
+		{"long", true, true, nil},
+		{"short", false, false, nil},
+		{"long-records-off", true, false, []etcdelect.Option{etcdelect.WithHandoverRecords(0)}},
 	} {
-		long := c.long
 		t.Run(c.name, func(t *testing.T) {
 			key := electiontest.Key(t)
-			if long || c.opts != nil {
+			rec := key + ".tenure-released"
+			if c.fill {
 				fillQueue(t, admin, key, 33)
 			}
 			ctx := ctxT(t, 30*time.Second)
 			a, _ := loggedElector(t, key, "a", c.opts...)
 			b, bl := loggedElector(t, key, "b", c.opts...)
+			cc, cl := loggedElector(t, key, "c", c.opts...)
 			ta, err := a.Campaign(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := campaignAsync(ctx, t, b)
+			gotB := campaignAsync(ctx, t, b)
 			// b waits on its own entry's watch and then on a's.
 			waitFor(t, "b's two watches", func() bool { return bl.watches() >= 2 })
-			from := bl.len()
+			gotC := campaignAsync(ctx, t, cc)
+			waitFor(t, "c's two watches", func() bool { return cl.watches() >= 2 })
+			fromB, fromC := bl.len(), cl.len()
+			check := func(who string, l *rangeLog, from int, prev tenure.Term) {
+				t.Helper()
+				queueReads, recordReads := l.since(from, key+"/", rec)
+				if c.records && (queueReads != 0 || recordReads != 1) {
+					t.Fatalf("%s made %d queue reads and %d record reads from its predecessor's resign to its term; want 0 and 1", who, queueReads, recordReads)
+				}
+				if !c.records && (queueReads == 0 || recordReads != 0) {
+					t.Fatalf("%s made %d queue reads and %d record reads; want some and 0", who, queueReads, recordReads)
+				}
+				r, err := admin.Get(ctx, rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := fmt.Sprintf("%d %s", prev.Token, prev.Entry)
+				if c.records && (len(r.Kvs) != 1 || string(r.Kvs[0].Value) != want) {
+					t.Fatalf("handover record = %v, want %q", r.Kvs, want)
+				}
+				if !c.records && len(r.Kvs) != 0 {
+					t.Fatalf("handover record %v written", r.Kvs)
+				}
+			}
 			if err := a.Resign(ctx); err != nil {
 				t.Fatal(err)
 			}
 			var tb tenure.Term
 			select {
-			case tb = <-got:
+			case tb = <-gotB:
 			case <-ctx.Done():
 				t.Fatal("b not elected after a resigned")
 			}
-			if tb.Token <= ta.Token {
-				t.Fatalf("b's token %d not above a's %d", tb.Token, ta.Token)
-			}
-			queueReads, recordReads := bl.since(from, key+"/", key+".tenure-released")
-			rec, err := admin.Get(ctx, key+".tenure-released")
-			if err != nil {
+			check("b", bl, fromB, ta)
+			if err := b.Resign(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if !long {
-				if queueReads == 0 || recordReads != 0 || len(rec.Kvs) != 0 {
-					t.Fatalf("b made %d queue reads and %d record reads, %d records; want >0, 0, 0", queueReads, recordReads, len(rec.Kvs))
-				}
+			select {
+			case <-gotC:
+			case <-ctx.Done():
+				t.Fatal("c not elected after b resigned")
+			}
+			check("c", cl, fromC, tb)
+			if !c.records {
 				return
 			}
-			if queueReads != 0 || recordReads != 1 {
-				t.Fatalf("b made %d queue reads and %d record reads from a's resign to its term; want 0 and 1", queueReads, recordReads)
-			}
-			if want := fmt.Sprintf("%d %s", ta.Token, ta.Entry); len(rec.Kvs) != 1 || string(rec.Kvs[0].Value) != want {
-				t.Fatalf("handover record = %v, want %q", rec.Kvs, want)
-			}
-			// The record lives on the releaser's lease: gone when a's
+			// The record lives on the releaser's lease: gone when b's
 			// session ends.
-			if err := a.Close(ctx); err != nil {
+			if err := b.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if rec, err := admin.Get(ctx, key+".tenure-released"); err != nil || len(rec.Kvs) != 0 {
-				t.Fatalf("handover record after the releaser closed: %v, %v", rec.Kvs, err)
+			if r, err := admin.Get(ctx, rec); err != nil || len(r.Kvs) != 0 {
+				t.Fatalf("handover record after the releaser closed: %v, %v", r.Kvs, err)
 			}
 		})
 	}
@@ -293,56 +347,197 @@ func TestHandover_OnlyARecordOfTheDeleteItselfElects(t *testing.T) {
 	}
 }
 
+// TestHandover_ARecordOfTheDeleteNamingAnotherEntryDoesNotElect: another
+// client deletes p's entry (p waits behind a, w behind p) and, in the same
+// transaction, writes a record that does not name p: p's name with another
+// token (a previous entry of p's session), or p's token with another name.
+// The record is of the delete's revision, but it does not name w's
+// predecessor: w must read the queue, find a, and wait for it.
+func TestHandover_ARecordOfTheDeleteNamingAnotherEntryDoesNotElect(t *testing.T) {
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	for _, c := range []struct {
+		name  string
+		value func(name string, token int64) string
+	}{
+		{"other-token", func(name string, token int64) string { return fmt.Sprintf("%d %s", token-1, name) }},
+		{"other-name", func(name string, token int64) string { return fmt.Sprintf("%d %s0", token, name) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := electiontest.Key(t)
+			fillQueue(t, admin, key, 33)
+			ctx := ctxT(t, 30*time.Second)
+			a, _ := loggedElector(t, key, "a")
+			p, _ := loggedElector(t, key, "p")
+			w, wl := loggedElector(t, key, "w")
+			if _, err := a.Campaign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			pdone := make(chan error, 1)
+			go func() {
+				_, err := p.Campaign(ctx)
+				pdone <- err
+			}()
+			waitPos(t, p, 1)
+			got := campaignAsync(ctx, t, w)
+			waitFor(t, "w's two watches", func() bool { return wl.watches() >= 2 })
+			pName, pToken := entryOf(t, admin, key, "p")
+			from := wl.len()
+			r, err := admin.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(pName), "=", pToken)).
+				Then(clientv3.OpDelete(pName), clientv3.OpPut(key+".tenure-released", c.value(pName, pToken))).
+				Commit()
+			if err != nil || !r.Succeeded {
+				t.Fatalf("delete p with a record: %v, %v", r, err)
+			}
+			select {
+			case term := <-got:
+				t.Fatalf("w elected (term %d) while a leads", term.Token)
+			case <-time.After(500 * time.Millisecond):
+			}
+			if queueReads, recordReads := wl.since(from, key+"/", key+".tenure-released"); queueReads == 0 || recordReads != 1 {
+				t.Fatalf("w made %d queue reads and %d record reads after p's delete; want some and 1", queueReads, recordReads)
+			}
+			if err := a.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-got:
+			case <-ctx.Done():
+				t.Fatal("w not elected after a resigned")
+			}
+			if err := <-pdone; err == nil {
+				t.Fatal("p's campaign returned nil with its entry deleted")
+			}
+		})
+	}
+}
+
 // TestHandover_RecordRefusedByTheRoleStillReleases: a role that covers
-// "<key>/" but not "<key>.tenure-released" (key "billing" with the role on
-// "billing/", docs/security.md) refuses the handover record. The release
-// deletes the entry alone and the next waiter leads after reading the
-// queue; no record is written.
+// "<key>/" and may read "<key>.tenure-released" but not write it (key
+// "billing" with readwrite on "billing/", docs/security.md, and read on the
+// record) refuses the record. Each release tries it once, is refused, and
+// deletes the entry alone; the next waiter leads after reading the queue.
+// A role that may not even read the record gives the same result (a's
+// first release, b's read of the record).
 func TestHandover_RecordRefusedByTheRoleStillReleases(t *testing.T) {
 	s := startSecureEtcd(t)
 	ctx := ctxT(t, 60*time.Second)
 	const key = "billing"
+	rec := key + ".tenure-released"
 	fillQueue(t, s.root, key, 33)
-	cfg := election.Config{Key: key, TTL: 2 * time.Second}
-	newElector := func(id string) *election.Elector {
-		c := cfg
-		c.Identity = id
-		e, err := election.New(etcdelect.New(s.dial(t, "billing", billingPassword)), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		return e
-	}
-	a, b, c := newElector("a"), newElector("b"), newElector("c")
-	for i, e := range []*election.Elector{a, b, c} {
-		if i == 0 {
-			if _, err := e.Campaign(ctx); err != nil {
+	for _, readable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("readable=%v", readable), func(t *testing.T) {
+			if readable {
+				if _, err := s.root.RoleGrantPermission(ctx, "tenure-billing", rec, "", clientv3.PermissionType(clientv3.PermRead)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := s.config(t, "billing", billingPassword)
+			var es []*election.Elector
+			var ls []*rangeLog
+			for _, id := range []string{"a", "b", "c"} {
+				e, l := loggedElectorOn(t, cfg, key, id)
+				es, ls = append(es, e), append(ls, l)
+			}
+			if _, err := es[0].Campaign(ctx); err != nil {
 				t.Fatal(err)
 			}
-			continue
-		}
-		ch := campaignAsync(ctx, t, e)
-		waitPos(t, e, i)
-		defer func() {
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				t.Errorf("candidate %d not elected", i)
+			var chs []<-chan tenure.Term
+			for i, e := range es[1:] {
+				chs = append(chs, campaignAsync(ctx, t, e))
+				waitPos(t, e, i+1)
 			}
-		}()
+			for i, e := range es[:2] {
+				if err := e.Resign(ctx); err != nil {
+					t.Fatalf("%s's Resign with the record refused: %v", []string{"a", "b"}[i], err)
+				}
+				select {
+				case <-chs[i]:
+				case <-ctx.Done():
+					t.Fatalf("candidate %d not elected", i+1)
+				}
+			}
+			if n := ls[0].putsOf(rec); n != 1 {
+				t.Fatalf("a's session sent %d transactions with the record; want 1 (refused)", n)
+			}
+			if want := map[bool]int{false: 0, true: 1}[readable]; ls[1].putsOf(rec) != want {
+				// Not readable: b's read of the record was refused first,
+				// and its session gave records up before its release.
+				t.Fatalf("b's session sent %d transactions with the record; want %d", ls[1].putsOf(rec), want)
+			}
+			if r, err := s.root.Get(ctx, rec); err != nil || len(r.Kvs) != 0 {
+				t.Fatalf("handover record under a role that may not write it: %v, %v", r, err)
+			}
+			if err := es[2].Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
-	// a's release and then b's: each is refused the record first.
-	if err := a.Resign(ctx); err != nil {
-		t.Fatalf("a's Resign with the record refused: %v", err)
-	}
-	waitFor(t, "b leads", func() bool { return b.IsLeader() })
-	if err := b.Resign(ctx); err != nil {
-		t.Fatalf("b's Resign with the record refused: %v", err)
-	}
-	waitFor(t, "c leads", func() bool { return c.IsLeader() })
-	if r, err := s.root.Get(ctx, key+".tenure-released"); err != nil || len(r.Kvs) != 0 {
-		t.Fatalf("handover record under a role that does not cover it: %v, %v", r, err)
+}
+
+// TestHandover_ReleaseWhoseReplyIsLostStillReleases: the reply to a
+// release's transaction (delete and record) is lost after the server
+// applied it; and, in the second case, the transaction fails before it is
+// sent. Either way Resign returns nil, the entry is gone and the next
+// waiter leads: after the record in the first case, after reading the
+// queue in the second.
+func TestHandover_ReleaseWhoseReplyIsLostStillReleases(t *testing.T) {
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
+			key := electiontest.Key(t)
+			rec := key + ".tenure-released"
+			fillQueue(t, admin, key, 33)
+			ctx := ctxT(t, 30*time.Second)
+			a, al := loggedElector(t, key, "a")
+			b, bl := loggedElector(t, key, "b")
+			ta, err := a.Campaign(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := campaignAsync(ctx, t, b)
+			waitFor(t, "b's two watches", func() bool { return bl.watches() >= 2 })
+			from := bl.len()
+			isRecord := func(r *pb.TxnRequest) bool {
+				for _, op := range r.Success {
+					if p := op.GetRequestPut(); p != nil && string(p.Key) == rec {
+						return true
+					}
+				}
+				return false
+			}
+			al.mu.Lock()
+			if applied {
+				al.loseReply = isRecord
+			} else {
+				al.failBefore = isRecord
+			}
+			al.mu.Unlock()
+			if err := a.Resign(ctx); err != nil {
+				t.Fatalf("Resign after the release's reply was lost: %v", err)
+			}
+			select {
+			case <-got:
+			case <-ctx.Done():
+				t.Fatal("b not elected after a resigned")
+			}
+			if r, err := admin.Get(ctx, ta.Entry); err != nil || len(r.Kvs) != 0 {
+				t.Fatalf("a's entry after Resign: %v, %v", r, err)
+			}
+			queueReads, recordReads := bl.since(from, key+"/", rec)
+			r, err := admin.Get(ctx, rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if applied && (queueReads != 0 || recordReads != 1 || len(r.Kvs) != 1) {
+				t.Fatalf("applied: b made %d queue and %d record reads, %d records; want 0, 1, 1", queueReads, recordReads, len(r.Kvs))
+			}
+			if !applied && (queueReads == 0 || len(r.Kvs) != 0) {
+				t.Fatalf("not sent: b made %d queue reads, %d records; want some, 0", queueReads, len(r.Kvs))
+			}
+		})
 	}
 }
 

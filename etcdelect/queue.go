@@ -407,6 +407,12 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
+					if ev.Kv.ModRevision <= pred.CreateRevision {
+						// An earlier entry of the same name (the same
+						// session's previous campaign), from a member
+						// that lags the read: not pred's delete.
+						return wr.Header.Revision, 0, nil
+					}
 					return wr.Header.Revision, ev.Kv.ModRevision, nil
 				}
 				if ev.Kv.CreateRevision != pred.CreateRevision {
