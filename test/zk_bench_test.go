@@ -39,6 +39,22 @@ const zkSessionTimeout = 10 * time.Second
 // gets the same warm-up, so that all are measured in the same steady state.
 var zkWarmup = flag.Int("zkbench.warmup", 300, "untimed handoffs before the timed ones in BenchmarkZKHandoff")
 
+// zkCount is the number of timed handoffs of every BenchmarkZKHandoff run
+// below 1,000 contenders (-zkbench.count; 0: -benchtime's count). Every
+// ZooKeeper implementation hands off hundreds of times a second, so more
+// samples than the etcd peers' 300 (about 20 a second at 2 contenders)
+// cost seconds, and p99, the value with 1 % of the samples above it,
+// stops resting on the few largest ones.
+var zkCount = flag.Int("zkbench.count", 0, "timed handoffs per BenchmarkZKHandoff run below 1,000 contenders (0: -benchtime's count)")
+
+// zkTimedCount is timedCount with -zkbench.count.
+func zkTimedCount(b *testing.B, n int) int {
+	if n < bigRun && *zkCount > 0 {
+		return *zkCount
+	}
+	return timedCount(b, n)
+}
+
 // maxDriverContenders is the most contenders a driver (Curator, kazoo) runs
 // with; larger runs are skipped, saying so.
 var maxDriverContenders = 1000
@@ -425,7 +441,7 @@ func reportLatencies(b *testing.B, lats []time.Duration, elapsed time.Duration) 
 // contenders of this process.
 func benchZKInProcess(b *testing.B, im zkImpl, n int) {
 	key := zkBenchKey(im.name, n)
-	warm, count := warmCount(*zkWarmup, n), timedCount(b, n)
+	warm, count := warmCount(*zkWarmup, n), zkTimedCount(b, n)
 	// Bound the run: a stuck queue fails the benchmark instead of hanging.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(n)*50*time.Millisecond+time.Duration(warm+count)*time.Second)
 	defer cancel()
@@ -596,7 +612,7 @@ func (r *driverRun) read(stdout io.Reader, st *handoffState, warm int, cancel co
 // measured.
 func benchZKDriver(b *testing.B, im zkImpl, n int) {
 	key := zkBenchKey(im.name, n)
-	warm, count := warmCount(*zkWarmup, n), timedCount(b, n)
+	warm, count := warmCount(*zkWarmup, n), zkTimedCount(b, n)
 	if n > maxDriverContenders {
 		b.Skipf("not feasible: %s with %d clients in one driver process (each client brings its own I/O and event threads); measured up to %d", im.name, n, maxDriverContenders)
 	}

@@ -264,7 +264,7 @@ func (r *report) handoffTable(bname string) string {
 				ratios = strings.Join(rs, " | ")
 			}
 			note := ""
-			if res != nil && res.has("handoffs") && n >= 1000 {
+			if res != nil && res.has("handoffs") && (n >= 1000 || bname == "zookeeper") {
 				note = fmt.Sprintf(" (%d handoffs)", int(res.metrics["handoffs"]))
 			}
 			fmt.Fprintf(&sb, "| %d | %s%s | %s | %s | %s | %s |\n", n, label(impl), note,
