@@ -34,9 +34,9 @@ import (
 //
 // Only queues long enough for the range to cost use it: a session records
 // a handover only for an entry whose proof read saw at least 32 keys under
-// the prefix (WithHandoverRecords), and a waiter looks for one only when its own last
-// read saw as many. On short queues nothing changes, and no record is left
-// behind when the last of a few candidates resigns.
+// the prefix (WithHandoverRecords), and a waiter looks for one only when
+// its own last read saw as many. On short queues nothing changes, and no
+// record is left behind when the last of a few candidates resigns.
 
 // defaultHandoverQueue is WithHandoverRecords' default.
 const defaultHandoverQueue = 32
