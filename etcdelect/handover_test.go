@@ -295,54 +295,84 @@ func entryOf(t *testing.T, admin *clientv3.Client, key, identity string) (name s
 func TestHandover_OnlyARecordOfTheDeleteItselfElects(t *testing.T) {
 	admin := newClient(t, endpoint)
 	defer admin.Close()
-	key := electiontest.Key(t)
-	fillQueue(t, admin, key, 33)
-	ctx := ctxT(t, 30*time.Second)
-	a, _ := loggedElector(t, key, "a")
-	p, _ := loggedElector(t, key, "p")
-	w, wl := loggedElector(t, key, "w")
-	if _, err := a.Campaign(ctx); err != nil {
+	l := lineUp(t, admin)
+	if _, err := admin.Put(l.ctx, l.rec, fmt.Sprintf("%d %s", l.pToken, l.pName)); err != nil {
 		t.Fatal(err)
 	}
-	pctx, pcancel := context.WithCancel(ctx)
-	pdone := make(chan error, 1)
-	go func() {
-		_, err := p.Campaign(pctx)
-		pdone <- err
-	}()
-	waitPos(t, p, 1)
-	got := campaignAsync(ctx, t, w)
-	waitFor(t, "w's two watches", func() bool { return wl.watches() >= 2 })
-	pName, pToken := entryOf(t, admin, key, "p")
-	if _, err := admin.Put(ctx, key+".tenure-released", fmt.Sprintf("%d %s", pToken, pName)); err != nil {
-		t.Fatal(err)
-	}
-	from := wl.len()
-	pcancel()
-	if err := <-pdone; err == nil {
+	from := l.wl.len()
+	l.pcancel()
+	if err := <-l.pdone; err == nil {
 		t.Fatal("p's campaign returned nil after its ctx ended")
 	}
 	waitFor(t, "p's entry gone", func() bool {
-		r, err := admin.Get(ctx, pName)
+		r, err := admin.Get(l.ctx, l.pName)
 		return err == nil && len(r.Kvs) == 0
 	})
+	l.wWaitsForA(t, from)
+}
+
+// line is a long queue (33 keys that are not entries) where a leads, p
+// waits behind a and w behind p, each with a logged client.
+type line struct {
+	ctx      context.Context
+	key, rec string
+	a, w     *election.Elector
+	wl       *rangeLog
+	pName    string
+	pToken   int64
+	pcancel  context.CancelFunc
+	pdone    chan error         // p's campaign's error
+	got      <-chan tenure.Term // w's term
+}
+
+func lineUp(t *testing.T, admin *clientv3.Client) *line {
+	t.Helper()
+	l := &line{key: electiontest.Key(t), pdone: make(chan error, 1)}
+	l.rec = l.key + ".tenure-released"
+	fillQueue(t, admin, l.key, 33)
+	l.ctx = ctxT(t, 30*time.Second)
+	var p *election.Elector
+	l.a, _ = loggedElector(t, l.key, "a")
+	p, _ = loggedElector(t, l.key, "p")
+	l.w, l.wl = loggedElector(t, l.key, "w")
+	if _, err := l.a.Campaign(l.ctx); err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithCancel(l.ctx)
+	t.Cleanup(pcancel)
+	l.pcancel = pcancel
+	go func() {
+		_, err := p.Campaign(pctx)
+		l.pdone <- err
+	}()
+	waitPos(t, p, 1)
+	l.got = campaignAsync(l.ctx, t, l.w)
+	waitFor(t, "w's two watches", func() bool { return l.wl.watches() >= 2 })
+	l.pName, l.pToken = entryOf(t, admin, l.key, "p")
+	return l
+}
+
+// wWaitsForA checks that w, woken by p's delete, read the record once and
+// the queue, is not elected while a leads, and is once a resigns.
+func (l *line) wWaitsForA(t *testing.T, from int) {
+	t.Helper()
 	select {
-	case term := <-got:
+	case term := <-l.got:
 		t.Fatalf("w elected (term %d) while a leads", term.Token)
 	case <-time.After(500 * time.Millisecond):
 	}
-	if queueReads, recordReads := wl.since(from, key+"/", key+".tenure-released"); queueReads == 0 || recordReads != 1 {
+	if queueReads, recordReads := l.wl.since(from, l.key+"/", l.rec); queueReads == 0 || recordReads != 1 {
 		t.Fatalf("w made %d queue reads and %d record reads after p's delete; want some and 1", queueReads, recordReads)
 	}
-	if n, err := w.Position(ctx); err != nil || n != 1 {
+	if n, err := l.w.Position(l.ctx); err != nil || n != 1 {
 		t.Fatalf("w's position = %d, %v; want 1 (behind a)", n, err)
 	}
-	if err := a.Resign(ctx); err != nil {
+	if err := l.a.Resign(l.ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-got:
-	case <-ctx.Done():
+	case <-l.got:
+	case <-l.ctx.Done():
 		t.Fatal("w not elected after a resigned")
 	}
 }
@@ -364,49 +394,17 @@ func TestHandover_ARecordOfTheDeleteNamingAnotherEntryDoesNotElect(t *testing.T)
 		{"other-name", func(name string, token int64) string { return fmt.Sprintf("%d %s0", token, name) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			key := electiontest.Key(t)
-			fillQueue(t, admin, key, 33)
-			ctx := ctxT(t, 30*time.Second)
-			a, _ := loggedElector(t, key, "a")
-			p, _ := loggedElector(t, key, "p")
-			w, wl := loggedElector(t, key, "w")
-			if _, err := a.Campaign(ctx); err != nil {
-				t.Fatal(err)
-			}
-			pdone := make(chan error, 1)
-			go func() {
-				_, err := p.Campaign(ctx)
-				pdone <- err
-			}()
-			waitPos(t, p, 1)
-			got := campaignAsync(ctx, t, w)
-			waitFor(t, "w's two watches", func() bool { return wl.watches() >= 2 })
-			pName, pToken := entryOf(t, admin, key, "p")
-			from := wl.len()
-			r, err := admin.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(pName), "=", pToken)).
-				Then(clientv3.OpDelete(pName), clientv3.OpPut(key+".tenure-released", c.value(pName, pToken))).
+			l := lineUp(t, admin)
+			from := l.wl.len()
+			r, err := admin.Txn(l.ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(l.pName), "=", l.pToken)).
+				Then(clientv3.OpDelete(l.pName), clientv3.OpPut(l.rec, c.value(l.pName, l.pToken))).
 				Commit()
 			if err != nil || !r.Succeeded {
 				t.Fatalf("delete p with a record: %v, %v", r, err)
 			}
-			select {
-			case term := <-got:
-				t.Fatalf("w elected (term %d) while a leads", term.Token)
-			case <-time.After(500 * time.Millisecond):
-			}
-			if queueReads, recordReads := wl.since(from, key+"/", key+".tenure-released"); queueReads == 0 || recordReads != 1 {
-				t.Fatalf("w made %d queue reads and %d record reads after p's delete; want some and 1", queueReads, recordReads)
-			}
-			if err := a.Resign(ctx); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-got:
-			case <-ctx.Done():
-				t.Fatal("w not elected after a resigned")
-			}
-			if err := <-pdone; err == nil {
+			l.wWaitsForA(t, from)
+			if err := <-l.pdone; err == nil {
 				t.Fatal("p's campaign returned nil with its entry deleted")
 			}
 		})
