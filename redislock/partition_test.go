@@ -490,9 +490,18 @@ func TestWaitHead_HolderWithAQuorumIsNoSplitVote(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Campaign returns once two masters granted; the third's grant may
-	// still be on its way (a CI run read its counter before it came).
-	electiontest.WaitFor(t, 5*time.Second, "the third master's grant", func() bool {
-		return clients[2].Exists(ctx, key).Val() == 1
+	// still be on its way (a CI run read its counter before it came), and
+	// the late one need not be the third master: if it were the second,
+	// deleting the third's key would leave the holder one master, and the
+	// waiter could rightly take the other two (a CI run at bc9b62b failed
+	// so: 'the waiter was elected'). Wait for all three.
+	electiontest.WaitFor(t, 5*time.Second, "every master's grant", func() bool {
+		for _, c := range clients {
+			if c.Exists(ctx, key).Val() != 1 {
+				return false
+			}
+		}
+		return true
 	})
 	if err := clients[2].Del(ctx, key).Err(); err != nil { // the third master lost it
 		t.Fatal(err)
