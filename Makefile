@@ -19,8 +19,9 @@ demo:
 # docs/img.
 # Fails if a benchmark fails (two holders, a stall), never on speed. The
 # handoff benchmarks run in four rounds (-bench.repeat) in a balanced
-# order; the report gives each figure's median. ZooKeeper's time 1,000
-# handoffs per round below 1,000 contenders (-zkbench.count), the rest 300.
+# order; the report gives each figure's median. A round times 300
+# handoffs, ZooKeeper's 1,000 below 1,000 contenders (-zkbench.count), and
+# every backend's 200 at 1,000 contenders (-bench.big).
 BENCH_ARGS ?= -bench.contenders=2,10,100,1000 -bench.big=200 -bench.rounds=5 -bench.ttl=3s -bench.repeat=4 -zkbench.count=1000
 bench:
 	go run ./internal/cmd/benchreport -benchtime 300x -timeout 120m -out docs/benchmarks.md -img docs/img -- $(BENCH_ARGS)

@@ -33,8 +33,8 @@ import (
 const zkSessionTimeout = 10 * time.Second
 
 // zkWarmup is the number of untimed, unrecorded handoffs every
-// ZooKeeper run makes once all contenders are queued and before the b.N
-// timed ones. The JVM needs it: cold, Curator's first few hundred handoffs
+// ZooKeeper run makes once all contenders are queued and before the timed
+// ones. The JVM needs it: cold, Curator's first few hundred handoffs
 // run 2-3 times slower while the JIT compiles them. Every implementation
 // gets the same warm-up, so that all are measured in the same steady state.
 var zkWarmup = flag.Int("zkbench.warmup", 300, "untimed handoffs before the timed ones in BenchmarkZKHandoff")
@@ -248,8 +248,9 @@ func kazooCommand(key string, n, warm, count int) ([]string, error) {
 // contenders, each on its own connection and session, loop acquire →
 // release → acquire, so each releaser joins the back of the queue and the
 // queue stays N long. Once all N are queued, zkWarmup (-zkbench.warmup,
-// default 300) untimed handoffs run; then one op is one handoff, and the
-// sub-benchmark stops after b.N of them.
+// default 300) untimed handoffs run; then the sub-benchmark times
+// zkTimedCount of them (-zkbench.count below 1,000 contenders, -bench.big
+// from 1,000, b.N otherwise).
 //
 // Implementations: tenure (zkelect + election.Elector), go-zookeeper's own
 // zk.Lock, Curator's InterProcessMutex and kazoo's Lock. Curator and kazoo
@@ -258,12 +259,12 @@ func kazooCommand(key string, n, warm, count int) ([]string, error) {
 // skipped when Java with Curator's jars, or a Python with kazoo, is
 // missing.
 //
-// Metrics: p50-ms and p99-ms are nearest-rank percentiles of the b.N
-// recorded latencies; handoffs/s is b.N over the wall time from the first
+// Metrics: p50-ms and p99-ms are nearest-rank percentiles of the timed
+// handoffs' latencies; handoffs/s is their count over the wall time from the first
 // timed release to the last acquisition; zk-reqs/handoff is the number of
 // requests the ZooKeeper server received during the timed handoffs
 // (`srvr`'s Received counter, every client's pings included) per handoff.
-// ns/op is the timed wall time per handoff (for the drivers, from the
+// ns/op is the timed wall time per timed handoff (for the drivers, from the
 // moment the benchmark reads their "start" line to their "finished" line).
 // zk-cpu-us/handoff is the server's CPU time per timed handoff, and for the
 // in-process implementations go-cpu-us/handoff this process's; their
@@ -698,6 +699,7 @@ func benchZKDriver(b *testing.B, im zkImpl, n int) {
 		fail("run stopped after %d of %d handoffs (stall limit %v, ctx: %v)", st.count(), count, stallTimeout, ctx.Err())
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(count), "ns/op") // per timed handoff, as handoffLoop's
 	cpu.report(b, count, false)
 	reqs.report(b)
 
