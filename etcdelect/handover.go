@@ -109,21 +109,31 @@ func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
 }
 
 // readHandover reads t's own entry and the handover record of t's key, from
-// the connected member's store once it has reached minRev. pred is t's
-// predecessor, whose delete at revision delRev woke t. decided is false when
-// the read cannot decide (the member lags minRev, or the record does not
-// show pred released as a proven head at delRev): the caller reads the queue.
-// Otherwise own is t's entry (nil when gone: t lost it), and t is first.
+// the connected member's store once it has reached minRev (as read does:
+// otherwise, or with minRev 0, linearizably). pred is t's predecessor, whose
+// delete at revision delRev woke t. decided is false when the record does
+// not show pred released as a proven head at delRev: the caller reads the
+// queue. Otherwise own is t's entry (nil when gone: t lost it), and t is
+// first.
 func (s *session) readHandover(ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, delRev, minRev int64) (own *mvccpb.KeyValue, decided bool, err error) {
+	ownOpts := []clientv3.OpOption{clientv3.WithKeysOnly()}
+	var recOpts []clientv3.OpOption
+	if minRev > 0 {
+		ownOpts = append(ownOpts, clientv3.WithSerializable())
+		recOpts = append(recOpts, clientv3.WithSerializable())
+	}
 	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(t.Name, clientv3.WithKeysOnly(), clientv3.WithSerializable()),
-		clientv3.OpGet(handoverName(t.Key), clientv3.WithSerializable()),
+		clientv3.OpGet(t.Name, ownOpts...),
+		clientv3.OpGet(handoverName(t.Key), recOpts...),
 	).Commit()
 	if err != nil {
 		return nil, false, translate("read handover", err)
 	}
-	if resp.Header.Revision < minRev {
-		return nil, false, nil
+	if minRev > 0 && resp.Header.Revision < minRev {
+		// The member lags what the watch showed (etcd tells watchers of
+		// a write before its readers see it, even on one member): agree
+		// first.
+		return s.readHandover(ctx, t, pred, delRev, 0)
 	}
 	own, err = s.ownEntry(ctx, t, resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
 	if err != nil || own == nil {

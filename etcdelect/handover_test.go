@@ -219,8 +219,8 @@ func TestHandover_LongQueueSuccessorReadsNoQueue(t *testing.T) {
 			check := func(who string, l *rangeLog, from int, prev tenure.Term) {
 				t.Helper()
 				queueReads, recordReads := l.since(from, key+"/", rec)
-				if c.records && (queueReads != 0 || recordReads != 1) {
-					t.Fatalf("%s made %d queue reads and %d record reads from its predecessor's resign to its term; want 0 and 1", who, queueReads, recordReads)
+				if c.records && (queueReads != 0 || recordReads == 0) {
+					t.Fatalf("%s made %d queue reads and %d record reads from its predecessor's resign to its term; want 0 and at least 1", who, queueReads, recordReads)
 				}
 				if !c.records && (queueReads == 0 || recordReads != 0) {
 					t.Fatalf("%s made %d queue reads and %d record reads; want some and 0", who, queueReads, recordReads)
@@ -361,8 +361,8 @@ func (l *line) wWaitsForA(t *testing.T, from int) {
 		t.Fatalf("w elected (term %d) while a leads", term.Token)
 	case <-time.After(500 * time.Millisecond):
 	}
-	if queueReads, recordReads := l.wl.since(from, l.key+"/", l.rec); queueReads == 0 || recordReads != 1 {
-		t.Fatalf("w made %d queue reads and %d record reads after p's delete; want some and 1", queueReads, recordReads)
+	if queueReads, recordReads := l.wl.since(from, l.key+"/", l.rec); queueReads == 0 || recordReads == 0 {
+		t.Fatalf("w made %d queue reads and %d record reads after p's delete; want some of each", queueReads, recordReads)
 	}
 	if n, err := l.w.Position(l.ctx); err != nil || n != 1 {
 		t.Fatalf("w's position = %d, %v; want 1 (behind a)", n, err)
@@ -444,7 +444,11 @@ func TestHandover_RecordRefusedByTheRoleStillReleases(t *testing.T) {
 			var chs []<-chan tenure.Term
 			for i, e := range es[1:] {
 				chs = append(chs, campaignAsync(ctx, t, e))
-				waitPos(t, e, i+1)
+				// Waiting on its own entry's watch and its predecessor's,
+				// so that the predecessor's delete wakes it: a waiter that
+				// finds it gone before its watch starts reads the queue
+				// without looking for the record, and is never refused.
+				waitFor(t, "the waiter's two watches", func() bool { return ls[i+1].watches() >= 2 })
 			}
 			for i, e := range es[:2] {
 				if err := e.Resign(ctx); err != nil {
@@ -529,8 +533,8 @@ func TestHandover_ReleaseWhoseReplyIsLostStillReleases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if applied && (queueReads != 0 || recordReads != 1 || len(r.Kvs) != 1) {
-				t.Fatalf("applied: b made %d queue and %d record reads, %d records; want 0, 1, 1", queueReads, recordReads, len(r.Kvs))
+			if applied && (queueReads != 0 || recordReads == 0 || len(r.Kvs) != 1) {
+				t.Fatalf("applied: b made %d queue and %d record reads, %d records; want 0, at least 1, 1", queueReads, recordReads, len(r.Kvs))
 			}
 			if !applied && (queueReads == 0 || len(r.Kvs) != 0) {
 				t.Fatalf("not sent: b made %d queue reads, %d records; want some, 0", queueReads, len(r.Kvs))
