@@ -53,10 +53,16 @@ func handoverValue(token int64, name []byte) string {
 	return strconv.FormatInt(token, 10) + " " + string(name)
 }
 
+// handoverOn reports whether a queue of size keys uses handover records:
+// on, at or above WithHandoverRecords' length, and not refused.
+func (s *session) handoverOn(size int64) bool {
+	return s.handover > 0 && size >= s.handover && !s.noHandover.Load()
+}
+
 // markHead records t, just proven first in a queue of size keys, so that
 // its release records the handover.
 func (s *session) markHead(t election.Ticket, size int64) {
-	if s.handover == 0 || size < s.handover || s.noHandover.Load() {
+	if !s.handoverOn(size) {
 		return
 	}
 	s.ownMu.Lock()

@@ -268,11 +268,11 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if seen > 0 {
 			minRev = max(seen, ow.rev, int64(t.Token))
 		}
-		if delRev > 0 && s.handover > 0 && size >= s.handover && !s.noHandover.Load() {
+		if delRev > 0 && s.handoverOn(size) {
 			// Released by a proven head? Then no read of the queue.
 			own, decided, err := s.readHandover(ctx, t, pred, delRev, minRev)
 			switch {
-			case err != nil && errors.Is(err, tenure.ErrInvalidConfig):
+			case errors.Is(err, tenure.ErrInvalidConfig):
 				// The role does not cover the record: the queue it is.
 				s.noHandover.Store(true)
 			case err == nil && decided && own == nil:
