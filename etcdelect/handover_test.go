@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -24,7 +25,10 @@ import (
 // rangeLog records the ranges a client sends, in Range and in Txn requests,
 // and counts the watches the server confirmed created on its streams.
 type rangeLog struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// inject, when set, is asked about each watch response the server
+	// sends with events, and may change it before the client sees it.
+	inject  func(*pb.WatchResponse)
 	ranges  []*pb.RangeRequest
 	created int
 	puts    map[string]int // transactions that put the key, by key
@@ -52,10 +56,18 @@ type loggedStream struct {
 
 func (s *loggedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if wr, ok := m.(*pb.WatchResponse); ok && err == nil && wr.Created {
-		s.l.mu.Lock()
+	wr, ok := m.(*pb.WatchResponse)
+	if !ok || err != nil {
+		return err
+	}
+	s.l.mu.Lock()
+	if wr.Created {
 		s.l.created++
-		s.l.mu.Unlock()
+	}
+	inject := s.l.inject
+	s.l.mu.Unlock()
+	if inject != nil && len(wr.Events) > 0 {
+		inject(wr)
 	}
 	return err
 }
@@ -285,6 +297,66 @@ func entryOf(t *testing.T, admin *clientv3.Client, key, identity string) (name s
 	}
 	t.Fatalf("no entry of %s under %s", identity, key)
 	return "", 0
+}
+
+// TestHandover_StaleDeleteOfTheSameNameIsSkipped: a predecessor's entry is
+// named after its lease, so an earlier campaign of its session made and
+// deleted an entry of the same name. A watch served by a member that lags
+// could show that old delete before the current entry's: waitDelete skips
+// a delete older than its predecessor's entry and goes on to the events
+// after it. Here the server's response that carries a's delete (a leads,
+// w waits, a resigns with a record) gets such an old delete put in front
+// of it. w must still be elected through a's record, without a range over
+// the queue: one that ended its wait at the old delete would range over
+// the queue (and, taking it for a's delete, also read the record).
+func TestHandover_StaleDeleteOfTheSameNameIsSkipped(t *testing.T) {
+	admin := newClient(t, endpoint)
+	defer admin.Close()
+	key := electiontest.Key(t)
+	rec := key + ".tenure-released"
+	fillQueue(t, admin, key, 33)
+	ctx := ctxT(t, 30*time.Second)
+	a, _ := loggedElector(t, key, "a")
+	w, wl := loggedElector(t, key, "w")
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	injected := make(chan struct{})
+	var once sync.Once
+	wl.mu.Lock()
+	wl.inject = func(wr *pb.WatchResponse) {
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE && string(ev.Kv.Key) == ta.Entry && ev.Kv.ModRevision > int64(ta.Token) {
+				once.Do(func() {
+					stale := &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(ta.Entry), ModRevision: int64(ta.Token) - 1}}
+					wr.Events = append([]*mvccpb.Event{stale}, wr.Events...)
+					close(injected)
+				})
+				return
+			}
+		}
+	}
+	wl.mu.Unlock()
+	got := campaignAsync(ctx, t, w)
+	waitFor(t, "w's two watches", func() bool { return wl.watches() >= 2 })
+	from := wl.len()
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-ctx.Done():
+		t.Fatal("w not elected after a resigned")
+	}
+	select {
+	case <-injected:
+	default:
+		t.Fatal("no old delete was put in front of a's: the test did not run")
+	}
+	if queueReads, recordReads := wl.since(from, key+"/", rec); queueReads != 0 || recordReads == 0 {
+		t.Fatalf("w made %d queue reads and %d record reads from a's resign to its term; want 0 and at least 1", queueReads, recordReads)
+	}
 }
 
 // TestHandover_OnlyARecordOfTheDeleteItselfElects: in a long queue where a

@@ -410,8 +410,9 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 					if ev.Kv.ModRevision <= pred.CreateRevision {
 						// An earlier entry of the same name (the same
 						// session's previous campaign), from a member
-						// that lags the read: not pred's delete.
-						return wr.Header.Revision, 0, nil
+						// that lags the read: not pred's delete, and
+						// nothing about pred. Its later events follow.
+						continue
 					}
 					return wr.Header.Revision, ev.Kv.ModRevision, nil
 				}
