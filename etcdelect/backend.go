@@ -111,12 +111,21 @@ func CheckKey(key string) error {
 	return nil
 }
 
-// CheckTTL refuses TTLs that are not a whole number of seconds, at least
-// one: etcd leases count whole seconds. The server may refuse more (its
-// minimum TTL grows with its election timeout); OpenSession reports that.
+// MaxTTL is the longest lease etcd grants: 9,000,000,000 seconds (its
+// lease.MaxLeaseTTL). A server refuses a longer one with "too large lease
+// TTL".
+const MaxTTL = 9_000_000_000 * time.Second
+
+// CheckTTL refuses TTLs that are not a whole number of seconds from one
+// to MaxTTL: etcd leases count whole seconds. The server may refuse more
+// (its minimum TTL grows with its election timeout); OpenSession reports
+// that.
 func (b *Backend) CheckTTL(ttl time.Duration) error {
 	if ttl < time.Second || ttl%time.Second != 0 {
 		return fmt.Errorf("%w: etcd: TTL %v: etcd leases take whole seconds, at least 1s", tenure.ErrInvalidConfig, ttl)
+	}
+	if ttl > MaxTTL {
+		return fmt.Errorf("%w: etcd: TTL %v is longer than etcd's longest lease, %v", tenure.ErrInvalidConfig, ttl, MaxTTL)
 	}
 	return nil
 }

@@ -259,6 +259,25 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// TestMaxTTL_IsTheServersLongestLease: the server grants a lease of
+// MaxTTL and refuses one a second longer, so CheckTTL refuses exactly what
+// the server would.
+func TestMaxTTL_IsTheServersLongestLease(t *testing.T) {
+	cli := newClient(t, endpoint)
+	defer cli.Close()
+	ctx := ctxT(t, 10*time.Second)
+	g, err := cli.Grant(ctx, int64(etcdelect.MaxTTL/time.Second))
+	if err != nil {
+		t.Fatalf("grant of MaxTTL: %v", err)
+	}
+	if _, err := cli.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Grant(ctx, int64(etcdelect.MaxTTL/time.Second)+1); err == nil || !strings.Contains(err.Error(), "too large lease TTL") {
+		t.Fatalf("grant of MaxTTL + 1s: %v; want too large lease TTL", err)
+	}
+}
+
 // TestCheckTTL_RefusesWhatEtcdCannotHonour: TTLs that are not whole seconds
 // of at least 1 s, and keys etcd cannot hold or tenure would misread, are
 // refused before anything is sent.
@@ -269,8 +288,13 @@ func TestCheckTTL_RefusesWhatEtcdCannotHonour(t *testing.T) {
 			t.Errorf("CheckTTL(%v) = %v, want ErrInvalidConfig", ttl, err)
 		}
 	}
-	if err := b.CheckTTL(3 * time.Second); err != nil {
-		t.Errorf("CheckTTL(3s) = %v", err)
+	if err := b.CheckTTL(etcdelect.MaxTTL + time.Second); !errors.Is(err, tenure.ErrInvalidConfig) || !strings.Contains(err.Error(), "longest lease") {
+		t.Errorf("CheckTTL(MaxTTL + 1s) = %v, want ErrInvalidConfig (longest lease)", err)
+	}
+	for _, ttl := range []time.Duration{3 * time.Second, etcdelect.MaxTTL} {
+		if err := b.CheckTTL(ttl); err != nil {
+			t.Errorf("CheckTTL(%v) = %v", ttl, err)
+		}
 	}
 	for _, key := range []string{"", "a\x00b", "a\nb", string([]byte{0xff}), string(make([]byte, etcdelect.MaxKeyLen+1))} {
 		if err := b.CheckKey(key); !errors.Is(err, tenure.ErrInvalidConfig) {

@@ -53,6 +53,25 @@ func (c *common) register(fs *flag.FlagSet) {
 // the TENURE_ENDPOINTS the command inherits.)
 var exported = map[string]bool{"TENURE_KEY": true, "TENURE_IDENTITY": true}
 
+// wanted describes the values a flag takes, for an error about one that
+// does not parse: ", want a duration such as 5s", or "" when the error
+// says it already.
+func wanted(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return ", want a duration such as 5s or 1m30s"
+	case bool:
+		return ", want true or false"
+	case int, int64, uint, uint64:
+		return ", want a whole number"
+	}
+	return ""
+}
+
 // parse parses args, taking defaults from TENURE_<FLAG> environment
 // variables first (but, for exec inside a tenure exec command, not from
 // the ones that name the enclosing lock). It returns the arguments after
@@ -71,7 +90,7 @@ func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 		}
 		if v, ok := os.LookupEnv(name); ok {
 			if err := f.Value.Set(v); err != nil {
-				envErrs[f.Name] = fmt.Errorf("%s=%q: %w", name, v, err)
+				envErrs[f.Name] = fmt.Errorf("%s=%q: %w%s (it sets --%s)", name, v, err, wanted(f), f.Name)
 				return
 			}
 			f.DefValue = v
@@ -301,6 +320,14 @@ func (c *common) connect(ctx context.Context) (*clientv3.Client, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The login (with --user) timed out: say why for each endpoint.
+			errs := make(errList, len(eps))
+			for i, ep := range eps {
+				errs[i] = fmt.Errorf("%s: %w", ep, probeCause(ctx, ep, err))
+			}
+			err = errs
+		}
 		return nil, c.sec.etcdDialError(c.endpoints.list, c.dialTimeout, err)
 	}
 	// Every endpoint at once: one that accepts and never answers (a
@@ -325,10 +352,46 @@ func (c *common) connect(ctx context.Context) (*clientv3.Client, error) {
 		if p.err == nil {
 			return cli, nil
 		}
-		errs[p.i] = fmt.Errorf("%s: %w", eps[p.i], p.err)
+		errs[p.i] = fmt.Errorf("%s: %w", eps[p.i], probeCause(ctx, eps[p.i], p.err))
 	}
 	cli.Close()
-	return nil, fmt.Errorf("%w: cannot reach etcd within %v: %w", tenure.ErrUnavailable, c.dialTimeout, errors.Join(errs...))
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, c.sec.etcdDialError(c.endpoints.list, c.dialTimeout, errList(errs))
+}
+
+// errList is one error per endpoint, printed on one line.
+type errList []error
+
+func (l errList) Error() string {
+	s := make([]string, len(l))
+	for i, err := range l {
+		s[i] = err.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (l errList) Unwrap() []error { return l }
+
+// probeCause explains a status probe of endpoint ep that timed out: the
+// gRPC client only retries its connection until the deadline, so the probe
+// says "context deadline exceeded" whether nothing listens there, the
+// host is unreachable, or something answers but not etcd's way (a TLS
+// server, another protocol). One TCP dial tells the first two apart,
+// within a second.
+func probeCause(ctx context.Context, ep string, err error) error {
+	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	conn, derr := (&net.Dialer{}).DialContext(dctx, "tcp", strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"))
+	if derr != nil {
+		return derr
+	}
+	conn.Close()
+	return fmt.Errorf("%w (a TCP connection opens: is it an etcd client port, and does it speak TLS?)", err)
 }
 
 // oneLine flattens an error for a one-line message.

@@ -180,7 +180,7 @@ func TestSecurity_CLIEtcdTLSAndAuthNeverPrintsThePassword(t *testing.T) {
 	// No TLS flags: the TLS-only server is unreachable, said so.
 	_, errOut, code = runTenure(t, []string{passwordEnv + "=" + billingPW}, append([]string{"exec", "--key", "billing/cli", "--user", "billing"}, append(base, "--", "true")...)...)
 	noSecret("exec without TLS", errOut)
-	if code != exitUsage || !strings.Contains(errOut, "cannot reach etcd") {
+	if code != exitUsage || !strings.Contains(errOut, "cannot reach etcd") || !strings.Contains(errOut, "does it speak TLS?") {
 		t.Fatalf("plaintext to a TLS server: exit %d, stderr %s", code, errOut)
 	}
 }
@@ -249,7 +249,7 @@ func TestSecurity_CLIBadSecurityFlags(t *testing.T) {
 		{"unknown zk ACL", nil, append(zk, "--zk-acl", "everyone"), "want open, creator or creator-read"},
 		{"colon in zk user", []string{passwordEnv + "=p"}, append(zk, "--user", "a:b"), "cannot hold ':'"},
 		// Wrong endpoints: each backend pointed at the other's server.
-		{"etcd at a ZooKeeper port", nil, []string{"exec", "--endpoints", zkEndpoint, "--dial-timeout", "2s", "--key", "k"}, "cannot reach etcd"},
+		{"etcd at a ZooKeeper port", nil, []string{"exec", "--endpoints", zkEndpoint, "--dial-timeout", "2s", "--key", "k"}, "a TCP connection opens: is it an etcd client port, and does it speak TLS?"},
 		{"zk at an etcd port", nil, []string{"exec", "--backend", "zk", "--endpoints", endpoint, "--dial-timeout", "2s", "--key", "/k"}, "cannot reach zookeeper"},
 	}
 	for _, c := range cases {
