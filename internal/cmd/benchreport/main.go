@@ -8,9 +8,11 @@
 //	go run ./internal/cmd/benchreport -in docs/benchmarks.txt ...   (render a saved run's output)
 //
 // A run also saves the benchmarks' output next to the report (the report's
-// name with .txt for .md), headed by the run's date and command, so that
-// every figure can be traced to its line and the report rendered again
-// (after a change to the template) without running the benchmarks again.
+// name with .txt for .md), headed by the run's date, command, machine and
+// the versions of what it ran, so that every figure can be traced to its
+// line and the report rendered again (after a change to the template, on
+// another machine) without running the benchmarks again and without
+// naming the wrong machine.
 //
 // It streams the benchmark output to stdout, and exits non-zero when the
 // run failed (two holders, a stall, a driver error): the report is still
@@ -48,6 +50,7 @@ func run() int {
 
 	var raw []byte
 	var command, date string
+	var sv saved // the run: its date, command, machine and versions
 	status := 0
 	if *in != "" {
 		b, err := os.ReadFile(*in)
@@ -56,10 +59,10 @@ func run() int {
 			return 1
 		}
 		raw = b
-		savedDate, savedCommand := savedHeader(raw)
-		command, date = *commandText, savedDate
+		sv = savedHeader(raw)
+		command, date = *commandText, sv.date
 		if command == "" {
-			command = savedCommand
+			command = sv.command
 		}
 		if command == "" {
 			command = "(rendered from " + *in + ")"
@@ -83,9 +86,10 @@ func run() int {
 		fmt.Printf("benchmarks took %v\n", time.Since(start).Round(time.Second))
 		raw = buf.Bytes()
 		date = reportDate(time.Now())
+		sv = saved{date: date, command: command, machine: machine(), versions: versionRows()}
 		if *out != "-" {
 			saved := strings.TrimSuffix(*out, filepath.Ext(*out)) + ".txt"
-			head := fmt.Sprintf("%s%s\n%s%s\n", dateHeader, date, commandHeader, command)
+			head := sv.header()
 			if err := os.WriteFile(saved, append([]byte(head), raw...), 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, "benchreport:", err)
 				return 1
@@ -104,6 +108,17 @@ func run() int {
 	rep := newReport(rs, command, *title)
 	if date != "" {
 		rep.Date = date
+	}
+	// The machine and versions are the run's, not this machine's: a
+	// report rendered again elsewhere must not name the wrong CPU.
+	if *in != "" {
+		rep.Machine, rep.Version = "not recorded in "+*in, "not recorded in "+*in+"\n"
+	}
+	if sv.machine != "" {
+		rep.Machine = sv.machine
+	}
+	if len(sv.versions) > 0 {
+		rep.Version = versionTable(sv.versions)
 	}
 	if *img != "" {
 		if err := os.MkdirAll(*img, 0o755); err != nil {
@@ -158,21 +173,49 @@ func shellJoin(args []string) string {
 const (
 	dateHeader    = "benchreport-date: "
 	commandHeader = "benchreport-command: "
+	machineHeader = "benchreport-machine: "
+	versionHeader = "benchreport-version: " // component, a tab, its version
 )
 
-// savedHeader returns the date and command a saved run starts with, or
-// empty strings.
-func savedHeader(raw []byte) (date, command string) {
+// saved is what a saved run records above the benchmarks' output: when and
+// how it ran, and on what, so that a report rendered from it later (on
+// another machine, after an upgrade) describes the run and not the
+// machine it is rendered on.
+type saved struct {
+	date, command, machine string
+	versions               [][2]string
+}
+
+// header is the saved run's header, one line per field.
+func (s saved) header() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s%s\n%s%s\n%s%s\n", dateHeader, s.date, commandHeader, s.command, machineHeader, s.machine)
+	for _, v := range s.versions {
+		fmt.Fprintf(&sb, "%s%s\t%s\n", versionHeader, v[0], v[1])
+	}
+	return sb.String()
+}
+
+// savedHeader returns what a saved run's header records; fields it lacks
+// (an older run's header, or output with no header) are empty. The
+// header ends at the first line that is not one of its lines.
+func savedHeader(raw []byte) saved {
+	var s saved
 	for line := range strings.Lines(string(raw)) {
 		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, dateHeader):
-			date = strings.TrimPrefix(line, dateHeader)
-		case strings.HasPrefix(line, commandHeader):
-			command = strings.TrimPrefix(line, commandHeader)
-		default:
-			return date, command
+		if v, ok := strings.CutPrefix(line, dateHeader); ok {
+			s.date = v
+		} else if v, ok := strings.CutPrefix(line, commandHeader); ok {
+			s.command = v
+		} else if v, ok := strings.CutPrefix(line, machineHeader); ok {
+			s.machine = v
+		} else if v, ok := strings.CutPrefix(line, versionHeader); ok {
+			if c, ver, ok := strings.Cut(v, "\t"); ok {
+				s.versions = append(s.versions, [2]string{c, ver})
+			}
+		} else {
+			break
 		}
 	}
-	return date, command
+	return s
 }

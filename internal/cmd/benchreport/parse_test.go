@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -82,15 +83,19 @@ BenchmarkRedisHandoff/impl=redsync/contenders=2/round=2-2 	 300	 1 ns/op	 300 p9
 	}
 }
 
-// TestSavedHeader: a saved run gives back the date and command it was
-// saved with, and its benchmark lines parse as if the header were not
-// there; output without the header gives empty strings.
+// TestSavedHeader: a saved run gives back the date, command, machine and
+// versions it was saved with (header() and savedHeader() round-trip), its
+// benchmark lines parse as if the header were not there, and output
+// without the header, or with a header line after other output, gives
+// empty fields.
 func TestSavedHeader(t *testing.T) {
-	raw := dateHeader + "2026-11-29 15:11 UTC\n" + commandHeader + "go test -bench . ./test/\n" +
+	want := saved{date: "2026-11-29 15:11 UTC", command: "go test -bench . ./test/",
+		machine:  "Intel(R) Xeon(R) Processor (`nproc` 2), 23.5 GiB memory, linux/amd64",
+		versions: [][2]string{{"Go", "go1.26.8"}, {"etcd server (embedded) / client", "v3.7.3 / v3.7.3"}}}
+	raw := want.header() +
 		"BenchmarkZKHandoff/impl=tenure/contenders=10-2         	     300	    700000 ns/op	         0.60 p50-ms\n"
-	date, command := savedHeader([]byte(raw))
-	if date != "2026-11-29 15:11 UTC" || command != "go test -bench . ./test/" {
-		t.Errorf("savedHeader = %q, %q", date, command)
+	if got := savedHeader([]byte(raw)); !reflect.DeepEqual(got, want) {
+		t.Errorf("savedHeader = %+v, want %+v", got, want)
 	}
 	rs, err := parse(strings.NewReader(raw))
 	if err != nil {
@@ -99,7 +104,10 @@ func TestSavedHeader(t *testing.T) {
 	if r := rs.lookup("BenchmarkZKHandoff", "tenure", 10); r == nil || r.metrics["p50-ms"] != 0.60 {
 		t.Errorf("the benchmark line under the header did not parse: %+v", r)
 	}
-	if d, c := savedHeader([]byte("goos: linux\n" + dateHeader + "x\n")); d != "" || c != "" {
-		t.Errorf("a header after other output was read: %q, %q", d, c)
+	if got := savedHeader([]byte("goos: linux\n" + dateHeader + "x\n" + machineHeader + "y\n")); !reflect.DeepEqual(got, saved{}) {
+		t.Errorf("a header after other output was read: %+v", got)
+	}
+	if got := versionTable(want.versions); !strings.Contains(got, "| etcd server (embedded) / client | v3.7.3 / v3.7.3 |\n") {
+		t.Errorf("versionTable lost a row:\n%s", got)
 	}
 }

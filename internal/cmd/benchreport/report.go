@@ -83,7 +83,7 @@ func newReport(rs *results, command, title string) *report {
 	}
 	return &report{rs: rs, Title: title, Command: command,
 		Date:    reportDate(time.Now()),
-		Machine: machine(), Version: versions(), Rounds: rounds}
+		Machine: machine(), Version: versionTable(versionRows()), Rounds: rounds}
 }
 
 // reportDate is how the report dates a run.
@@ -483,8 +483,9 @@ func machine() string {
 	return fmt.Sprintf("%s (`nproc` %s), %s, %s/%s", cpu, nproc, mem, runtime.GOOS, runtime.GOARCH)
 }
 
-// versions lists the servers', the peers' and the toolchain's versions.
-func versions() string {
+// versionRows lists the servers', the peers' and the toolchain's versions
+// on this machine: component, version.
+func versionRows() [][2]string {
 	cmd := func(name string, args ...string) string {
 		out, err := exec.Command(name, args...).CombinedOutput()
 		if err != nil {
@@ -525,6 +526,11 @@ func versions() string {
 		{"Redis", redis},
 		{"go-redis / redsync / bsm/redislock", mods["github.com/redis/go-redis/v9"] + " / " + mods["github.com/go-redsync/redsync/v4"] + " / " + mods["github.com/bsm/redislock"]},
 	}
+	return rows
+}
+
+// versionTable is the report's table of versions.
+func versionTable(rows [][2]string) string {
 	var sb strings.Builder
 	sb.WriteString("| component | version |\n| --- | --- |\n")
 	for _, r := range rows {
