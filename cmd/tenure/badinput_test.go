@@ -62,13 +62,28 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 		{"zk leader ttl above the server's maximum", []string{"leader", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "30s"}, "negotiated"},
 		{"zk leader sub-second ttl", []string{"leader", "--backend", "zk", "--endpoints", zkEndpoint, "--key", "/k", "--ttl", "500ms"}, "at least 1s"},
 		{"zk unreachable", []string{"exec", "--backend", "zk", "--endpoints", "127.0.0.1:1", "--dial-timeout", "1s", "--key", "/k", "--", "true"}, "cannot reach zookeeper"},
+		// The line starts "tenure exec: ", not "tenure exec: tenure: ".
+		{"one program name", []string{"exec", "--endpoints", endpoint, "--key", "k", "--ttl", "500ms", "--", "true"}, "tenure exec: invalid configuration: etcd: TTL 500ms"},
+		// A value from the environment is named as such.
+		{"env value refused", []string{"exec", "--endpoints", endpoint, "--key", "k", "--", "true"}, "--dial-timeout 0s must be positive (--dial-timeout comes from TENURE_DIAL_TIMEOUT)"},
+		{"leader env value refused", []string{"leader", "--key", "k"}, "--endpoints is empty (--endpoints comes from TENURE_ENDPOINTS)"},
+		// Inside a tenure exec command, TENURE_KEY is not exec's --key.
+		{"nested exec without key", []string{"exec", "--endpoints", endpoint, "--", "true"}, "inside a tenure exec command TENURE_KEY names the lock the command runs under"},
+		// A malformed --metrics-addr is refused before the backend is
+		// dialled (here unreachable, which would take the dial timeout).
+		{"bad metrics addr first", []string{"exec", "--endpoints", "127.0.0.1:1", "--dial-timeout", "10s", "--key", "k", "--metrics-addr", "nowhere:-1", "--", "true"}, `--metrics-addr "nowhere:-1": port "-1" is not a number from 0 to 65535`},
+	}
+	env := map[string][]string{
+		"bad env":                  {"TENURE_TTL=soon"},
+		"env value refused":        {"TENURE_DIAL_TIMEOUT=0"},
+		"leader env value refused": {"TENURE_ENDPOINTS="},
+		"nested exec without key":  {"TENURE_TERM=7", "TENURE_KEY=outer"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := tenureCmd(c.args...)
-			if c.name == "bad env" {
-				p.Env = append(p.Env, "TENURE_TTL=soon")
-			}
+			p.Env = append(p.Env, env[c.name]...)
+			start := time.Now()
 			var stderr strings.Builder
 			p.Stderr = &stderr
 			if err := p.Start(); err != nil {
@@ -86,6 +101,9 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 			}
 			if !strings.HasPrefix(msg, "tenure") {
 				t.Fatalf("stderr %q does not start with tenure", msg)
+			}
+			if c.name == "bad metrics addr first" && time.Since(start) > 5*time.Second {
+				t.Fatalf("refused after %v: after the dial timeout, not before the dial", time.Since(start))
 			}
 			// An unknown command is followed by the usage, after a blank line.
 			if first, rest, _ := strings.Cut(strings.TrimSuffix(msg, "\n"), "\n"); rest != "" && (c.name != "unknown command" || !strings.HasPrefix(rest, "\ntenure: leader election")) {

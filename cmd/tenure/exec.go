@@ -106,7 +106,7 @@ Flags:
 		cfg, err = f.config()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(err))
+		fmt.Fprintf(stderr, "tenure exec: %s\n", oneLine(envHint(fs, err)))
 		return exitUsage
 	}
 	// A command that cannot be found is reported now, not once KEY has
@@ -140,6 +140,9 @@ func (f *execFlags) config() (election.Config, error) {
 	}
 	if f.grace < 0 {
 		return election.Config{}, fmt.Errorf("--grace %v must not be negative", f.grace)
+	}
+	if err := checkListenAddr(f.metricsAddr); err != nil {
+		return election.Config{}, fmt.Errorf("--metrics-addr %q: %w", f.metricsAddr, err)
 	}
 	safety := max(f.ttl/10, 100*time.Millisecond)
 	if f.backend == "zookeeper" && !f.graceSet {
@@ -817,6 +820,23 @@ func exitStatus(err error) int {
 		return ee.ExitCode()
 	}
 	return exitFailure
+}
+
+// checkListenAddr refuses an address net.Listen would refuse for its
+// form (not HOST:PORT, a port that is not a number from 0 to 65535) before
+// anything connects. "" (no endpoint) passes.
+func checkListenAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want HOST:PORT (HOST may be empty): %w", err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
 }
 
 // serveHTTP serves h on addr until stop is called.

@@ -84,7 +84,7 @@ func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 	_, nested := os.LookupEnv("TENURE_TERM")
 	nested = nested && fs.Name() == "exec"
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f)
 		if nested && exported[name] {
 			return
 		}
@@ -176,6 +176,9 @@ func (c *common) validate() error {
 		c.endpoints.list = defaultEndpoints[c.backend]
 	}
 	if c.key == "" {
+		if _, nested := os.LookupEnv("TENURE_TERM"); nested && os.Getenv("TENURE_KEY") != "" {
+			return errors.New("--key is required and must not be empty (inside a tenure exec command TENURE_KEY names the lock the command runs under: tenure exec does not take it, or it would wait for that lock for good)")
+		}
 		return errors.New("--key is required and must not be empty")
 	}
 	var err error
@@ -394,7 +397,36 @@ func probeCause(ctx context.Context, ep string, err error) error {
 	return fmt.Errorf("%w (a TCP connection opens: is it an etcd client port, and does it speak TLS?)", err)
 }
 
-// oneLine flattens an error for a one-line message.
+// oneLine flattens an error for a one-line message, without the "tenure: "
+// that starts tenure's sentinel errors (the line starts with "tenure exec:"
+// or "tenure leader:" already).
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+	return strings.TrimPrefix(strings.Join(strings.Fields(err.Error()), " "), "tenure: ")
+}
+
+// envHint adds to an error about a flag whose value came from its
+// TENURE_<FLAG> variable (not from the command line) the variable's name:
+// a user who never typed --dial-timeout should learn where 0s came from.
+func envHint(fs *flag.FlagSet, err error) error {
+	onLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onLine[f.Name] = true })
+	var from []string
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f)
+		if onLine[f.Name] || !strings.Contains(err.Error(), "--"+f.Name) || strings.Contains(err.Error(), name) {
+			return
+		}
+		if _, ok := os.LookupEnv(name); ok {
+			from = append(from, "--"+f.Name+" comes from "+name)
+		}
+	})
+	if len(from) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(from, ", "))
+}
+
+// envName is the variable that sets flag f: TENURE_<FLAG>.
+func envName(f *flag.Flag) string {
+	return "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 }

@@ -58,7 +58,7 @@ Flags:
 		err = c.checkTTL(*ttl)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(err))
+		fmt.Fprintf(stderr, "tenure leader: %s\n", oneLine(envHint(fs, err)))
 		return exitUsage
 	}
 	sigs := make(chan os.Signal, 1)
