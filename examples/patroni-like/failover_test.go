@@ -32,9 +32,20 @@ func TestMain(m *testing.M) {
 }
 
 // Test timing: TTL 3 s (the fastest failover the example's defaults allow
-// comfortably on a loaded machine), loop_wait 500 ms.
+// comfortably on a loaded machine), loop_wait 500 ms; TestFailover_EndToEnd
+// runs with endToEndTTL.
 const (
-	testTTL      = 3 * time.Second
+	testTTL = 3 * time.Second
+	// endToEndTTL is TestFailover_EndToEnd's TTL. Its cut-off primary's
+	// fence must finish its clean shutdown within the drain window the
+	// manager gives it: 3/4 of StopTimeout, itself 3/4 of DeadlineMargin,
+	// TTL/5 by default, so 0.1125 × TTL. The clean shutdown took 38–41 ms
+	// on the machine the test was written on, and 430–500 ms on one whose
+	// process exits take 6 ms each (2026-12-01: fork, exit and wait of a
+	// bare child, 7.2 ms on average), under the test's writer and prober:
+	// a 3 s TTL (337 ms) failed there every time. 10 s gives 1.125 s;
+	// with 8 s (900 ms) the fences there took 381–586 ms.
+	endToEndTTL  = 10 * time.Second
 	testLoopWait = 500 * time.Millisecond
 	// etcdExpiry is etcd's lease-expiry check period: a dead leader's key
 	// goes up to this long after its TTL (docs/guarantees.md).
@@ -231,7 +242,7 @@ func TestFailover_EndToEnd(t *testing.T) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, _ := testCluster(t, 3)
+	c, _ := testClusterTTL(t, 3, endToEndTTL)
 	startAll(t, c)
 
 	// 1. Bootstrap: one primary, two streaming standbys.
@@ -319,10 +330,10 @@ func TestFailover_EndToEnd(t *testing.T) {
 		t.Fatalf("no elected/open events for %s term %d", p2.Name, p2.Term)
 	}
 	promotion := open2.Sub(elected2)
-	bound := testTTL + etcdExpiry + promotion + slack
+	bound := endToEndTTL + etcdExpiry + promotion + slack
 	t.Logf("crash failover: %s → %s (terms %d → %d): elected %v and open for writes %v after the kill (promotion %v); bound TTL %v + etcd expiry %v + promotion + slack %v = %v",
 		p1.Name, p2.Name, p1.Term, p2.Term, elected2.Sub(killedAt).Round(time.Millisecond), open2.Sub(killedAt).Round(time.Millisecond),
-		promotion.Round(time.Millisecond), testTTL, etcdExpiry, slack, bound.Round(time.Millisecond))
+		promotion.Round(time.Millisecond), endToEndTTL, etcdExpiry, slack, bound.Round(time.Millisecond))
 	if took := open2.Sub(killedAt); took > bound {
 		t.Errorf("failover took %v, above the bound %v", took, bound)
 	}
@@ -419,11 +430,17 @@ func pgLogPath(dir, n string) string { return dir + "/" + n + "/data.log" }
 // logged (under -race), and names the logs of a failed test.
 func testCluster(t *testing.T, n int) (*localCluster, string) {
 	t.Helper()
+	return testClusterTTL(t, n, testTTL)
+}
+
+// testClusterTTL is testCluster with the given TTL.
+func testClusterTTL(t *testing.T, n int, ttl time.Duration) (*localCluster, string) {
+	t.Helper()
 	if _, err := findBinDir(); err != nil {
 		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
 	}
 	dir := t.TempDir()
-	c, err := newLocalCluster(dir, n, testTTL, testLoopWait, func(cfg string) *exec.Cmd {
+	c, err := newLocalCluster(dir, n, ttl, testLoopWait, func(cfg string) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "--config", cfg)
 		cmd.Env = append(os.Environ(), managerEnv+"=1")
 		return cmd
