@@ -466,7 +466,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// CMD's children too, and the guard finds CMD's processes by their
 	// session once tenure is gone (see tree.go). If tenure itself is
 	// killed, the kernel kills CMD (the parent-death signal) and the guard
-	// kills the rest (see startGuard).
+	// kills the rest (see startGuard, below).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	// tenure's lines from here on go through say, which never blocks: a
 	// stderr whose reader stalled must not hold up a signal to CMD or a
@@ -525,7 +525,25 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// Before CMD: tenure's children then are not CMD's. Before the last
 	// look at the term too: it reads all of /proc, which takes a while on
 	// a busy host, and nothing may come between that look and the start.
+	// The guard starts before CMD (see startGuard), and before the tree's
+	// look at /proc: it is one of tenure's children from before CMD.
+	g, err := startGuard()
+	if err != nil {
+		say.printf("tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
+		g = nil
+	}
+	cmdStarted := false
+	defer func() {
+		if g != nil && !cmdStarted {
+			g.done() // CMD never ran: nothing to guard
+		}
+	}()
 	tree := newCmdTree()
+	if g != nil {
+		if p, ok := readProcStat(g.pid); ok {
+			tree.guard = p
+		}
+	}
 	if beforeStart != nil {
 		beforeStart()
 	}
@@ -558,16 +576,22 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		say.printf("tenure exec: cannot run %s: %s\n", argv[0], oneLine(err))
 		return exitCannotRun
 	}
+	// The guard learns CMD's session first: until then, a tenure killed
+	// would leave what CMD starts running.
+	cmdStarted = true
+	guardDone := func() {}
+	if g != nil {
+		if err := g.watch(cmd.Process.Pid); err != nil {
+			say.printf("tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
+		}
+		guardDone = g.done
+	}
 	tree.cmd = procStat{pid: cmd.Process.Pid}
 	if p, ok := readProcStat(cmd.Process.Pid); ok { // not reaped before cmd.Wait
 		tree.cmd = p
 	}
-	guardPid, guardDone, err := startGuard(cmd.Process.Pid)
-	if err != nil {
-		say.printf("tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
-		guardDone = func() {}
-	} else if p, ok := readProcStat(guardPid); ok {
-		tree.guard = p
+	if afterCmdStart != nil {
+		afterCmdStart()
 	}
 	stopReaping, reaperDone := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -744,6 +768,10 @@ func (n *notes) close(d time.Duration) {
 // one last time and starts CMD. Tests set it to hold an elected tenure in
 // that window; nil in tenure itself.
 var beforeStart func()
+
+// afterCmdStart, when not nil, runs as soon as supervise has started CMD
+// and told the guard of it (tests: tenure killed right after CMD's start).
+var afterCmdStart func()
 
 // beforeSelect, when not nil, runs before each wait of supervise's loop
 // for CMD's exit, a signal or the loss of the term. Tests set it to let

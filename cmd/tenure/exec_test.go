@@ -297,9 +297,30 @@ func testExitStatus(t *testing.T, v env) {
 func TestExec_KilledTenureLeavesNoOrphans(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
-	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
+	a := startArmed(t, dir, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
 		"sh", "-c", `sleep 60 & echo $! > `+path(dir, "child-pid")+`; wait`)...)
 	child := pidIn(t, path(dir, "child-pid"))
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	mustDie(t, child, 3*time.Second, "the command's child")
+}
+
+// TestExec_KilledRightAfterTheStartLeavesNoOrphans: tenure SIGKILLed at the
+// first moment it runs after starting CMD (held there), when CMD has
+// already started a child, leaves no orphan either. The guard used to
+// start only then, after CMD: killed in between (the fork and exec of the
+// guard, milliseconds on a busy host; a fresh clone's CI hit it), tenure
+// left CMD's children running without the lock.
+func TestExec_KilledRightAfterTheStartLeavesNoOrphans(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	cmd := tenureCmd(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
+		"sh", "-c", `sleep 60 & echo $! > `+path(dir, "child-pid")+`; wait`)...)
+	cmd.Env = append(cmd.Env, "TENURE_TEST_HOLD_AFTER_START="+dir)
+	a := startCmd(t, cmd)
+	child := pidIn(t, path(dir, "child-pid"))
+	waitFile(t, path(dir, "started-held"), 10*time.Second)
 	if err := a.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

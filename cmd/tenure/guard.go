@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -15,24 +18,38 @@ import (
 // exec starts beside CMD.
 const guardCommand = "__guard"
 
-// startGuard starts a guard for CMD's session, whose id is also that of
-// its process group, pgid (CMD's pid). The kernel kills CMD itself when
-// tenure dies (its parent-death signal), but not the processes CMD
-// started, which would keep working without the lock while another holder
-// starts. The guard holds the read end of a pipe whose write end only
-// tenure has: when tenure dies, however it dies, the pipe closes and the
-// guard kills the group and the session (see killSession). done tells the
-// guard that tenure is finished with them (nothing is killed) and waits
-// for it to exit; call it once. pid is the guard's.
-func startGuard(pgid int) (pid int, done func(), err error) {
+// guard is tenure's end of a running guard process.
+type guard struct {
+	pid  int
+	w    *os.File // the pipe's write end: only tenure has it
+	proc *exec.Cmd
+	once sync.Once
+}
+
+// startGuard starts a guard process, before CMD: the kernel kills CMD
+// itself when tenure dies (its parent-death signal), but not the processes
+// CMD started, which would keep working without the lock while another
+// holder starts. The guard holds the read end of a pipe whose write end
+// only tenure has. Once CMD runs, watch tells the guard CMD's session id
+// (also its process group's, CMD's pid); when tenure dies, however it
+// dies, the pipe closes and the guard kills the group and the session (see
+// killSession). done tells the guard that tenure is finished with them
+// (nothing is killed) and waits for it to exit.
+//
+// The guard starts before CMD, not after: starting it (a fork and an exec
+// of this binary, milliseconds on a busy host) after CMD left a window in
+// which CMD had started children but no guard was there to kill them if
+// tenure died. What remains is the moment between CMD's start and watch's
+// one write to the pipe.
+func startGuard() (*guard, error) {
 	// This very binary, even if its file was replaced or deleted since
 	// (an upgrade while tenure runs): the guard must be this version.
 	exe := "/proc/self/exe"
 	r, w, err := os.Pipe() // close-on-exec: CMD never holds the write end
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	g := exec.Command(exe, guardCommand, strconv.Itoa(pgid))
+	g := exec.Command(exe, guardCommand)
 	g.Stdin = r
 	// Its own session: a Ctrl-C to the terminal's group does not reach
 	// it, nor does the guard of an enclosing tenure exec, which kills the
@@ -42,35 +59,60 @@ func startGuard(pgid int) (pid int, done func(), err error) {
 	r.Close()
 	if err != nil {
 		w.Close()
-		return 0, nil, err
+		return nil, err
 	}
-	return g.Process.Pid, func() {
-		_, _ = w.Write([]byte{1})
-		w.Close()
-		_ = g.Wait()
-	}, nil
+	return &guard{pid: g.Process.Pid, w: w, proc: g}, nil
 }
 
-// cmdGuard runs the guard: it waits on stdin, and when the pipe closes
-// without tenure's byte, SIGKILLs the process group in args[0] and every
-// process of the session of that id.
+// watch tells the guard the session (and process group) to kill if
+// tenure dies: CMD's, pgid.
+func (g *guard) watch(pgid int) error {
+	_, err := fmt.Fprintf(g.w, "%d\n", pgid)
+	return err
+}
+
+// done tells the guard to exit without killing anything and waits for it.
+// Safe to call more than once; only the first call acts.
+func (g *guard) done() {
+	g.once.Do(func() {
+		_, _ = g.w.Write([]byte(guardDone + "\n"))
+		g.w.Close()
+		_ = g.proc.Wait()
+	})
+}
+
+// guardDone is the line that tells the guard tenure is finished.
+const guardDone = "done"
+
+// cmdGuard runs the guard: it reads its stdin, the pipe from tenure. A
+// line with a number names the session (and process group) it guards; a
+// line "done" ends it, killing nothing. When the pipe closes without
+// "done" (tenure died), it SIGKILLs the process group and every process of
+// the session it was told of, if any.
 func cmdGuard(args []string, stderr io.Writer) int {
 	// Signals meant for tenure or the terminal are not the guard's: only
 	// the pipe tells it what to do.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	if len(args) != 1 {
+	if len(args) != 0 {
 		fmt.Fprintln(stderr, "tenure: internal command")
 		return exitUsage
 	}
-	pgid, err := strconv.Atoi(args[0])
-	if err != nil || pgid <= 1 {
-		fmt.Fprintln(stderr, "tenure: internal command")
-		return exitUsage
+	pgid := 0
+	in := bufio.NewReader(os.Stdin)
+	for {
+		line, err := in.ReadString('\n')
+		if err != nil {
+			if errors.Is(err, io.EOF) && pgid > 1 {
+				killSession(pgid, pgid)
+			}
+			return exitOK // tenure died before CMD started, or stdin is not the pipe
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == guardDone {
+			return exitOK
+		}
+		if n, err := strconv.Atoi(line); err == nil && n > 1 {
+			pgid = n
+		}
 	}
-	var b [1]byte
-	if n, err := os.Stdin.Read(b[:]); n == 1 || (err != nil && !errors.Is(err, io.EOF)) {
-		return exitOK // tenure is done with the group (or stdin is not the pipe)
-	}
-	killSession(pgid, pgid)
-	return exitOK
 }

@@ -118,6 +118,9 @@ func TestMain(m *testing.M) {
 		if dir := os.Getenv("TENURE_TEST_HOLD_BEFORE_START"); dir != "" {
 			beforeStart = func() { holdBeforeStart(dir) }
 		}
+		if dir := os.Getenv("TENURE_TEST_HOLD_AFTER_START"); dir != "" {
+			afterCmdStart = func() { holdAt(dir, "started-held", "started-go") }
+		}
 		if dir := os.Getenv("TENURE_TEST_HOLD_BEFORE_SELECT"); dir != "" {
 			var once sync.Once
 			beforeSelect = func() { once.Do(func() { holdAt(dir, "loop-held", "loop-go") }) }
@@ -218,6 +221,23 @@ func needSignal(t *testing.T, sig os.Signal) {
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
 	return startCmd(t, tenureCmd(args...))
+}
+
+// startArmed starts tenure with args as start does, and returns once
+// tenure has started CMD and told its guard of it (the after-start hook,
+// passed through at once): a test that kills tenure after this tests the
+// guard, not the moment between CMD's start and that pipe write
+// (TestExec_KilledRightAfterTheStartLeavesNoOrphans holds tenure there).
+func startArmed(t *testing.T, dir string, args ...string) *proc {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "started-go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := tenureCmd(args...)
+	cmd.Env = append(cmd.Env, "TENURE_TEST_HOLD_AFTER_START="+dir)
+	p := startCmd(t, cmd)
+	waitFile(t, filepath.Join(dir, "started-held"), 15*time.Second)
+	return p
 }
 
 // startCmd starts cmd, unstarted, as a proc: stderr kept, killed at the

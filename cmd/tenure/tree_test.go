@@ -43,7 +43,7 @@ func TestExec_CutOffStopsWhatLeftTheGroup(t *testing.T) {
 func TestExec_KilledTenureKillsWhatLeftTheGroup(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
-	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
+	a := startArmed(t, dir, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
 		"sh", "-c", leavesTheGroup(`echo $$ > `+path(dir, "child-pid")+`; exec sleep 60`))...)
 	child := pidIn(t, path(dir, "child-pid"))
 	if err := a.cmd.Process.Kill(); err != nil {
@@ -270,7 +270,7 @@ func TestExec_NestedExecGetsOneSIGTERM(t *testing.T) {
 	key, dir := v.key(t), dirT(t)
 	count := path(dir, "terms")
 	inner := append(append([]string{os.Args[0], "exec"}, v.flags("")...), "--key", key+"-inner", "--ttl", "10s", "--",
-		"sh", "-c", `echo $$ > `+path(dir, "pid")+`; trap 'echo term >> `+count+`; sleep 0.5; exit 0' TERM; while :; do sleep 0.01; done`)
+		"sh", "-c", `trap 'echo term >> `+count+`; sleep 0.5; exit 0' TERM; echo $$ > `+path(dir, "pid")+`; while :; do sleep 0.01; done`)
 	a := start(t, append(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "10s", "--"), inner...)...)
 	pidIn(t, path(dir, "pid"))
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
