@@ -540,7 +540,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	}()
 	tree := newCmdTree()
 	if g != nil {
-		if p, ok := readProcStat(g.pid); ok {
+		if p, ok := readProcStat(g.proc.Process.Pid); ok {
 			tree.guard = p
 		}
 	}

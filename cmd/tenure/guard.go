@@ -20,7 +20,6 @@ const guardCommand = "__guard"
 
 // guard is tenure's end of a running guard process.
 type guard struct {
-	pid  int
 	w    *os.File // the pipe's write end: only tenure has it
 	proc *exec.Cmd
 	once sync.Once
@@ -61,7 +60,7 @@ func startGuard() (*guard, error) {
 		w.Close()
 		return nil, err
 	}
-	return &guard{pid: g.Process.Pid, w: w, proc: g}, nil
+	return &guard{w: w, proc: g}, nil
 }
 
 // watch tells the guard the session (and process group) to kill if
@@ -75,14 +74,14 @@ func (g *guard) watch(pgid int) error {
 // Safe to call more than once; only the first call acts.
 func (g *guard) done() {
 	g.once.Do(func() {
-		_, _ = g.w.Write([]byte(guardDone + "\n"))
+		_, _ = g.w.Write([]byte(guardDoneLine + "\n"))
 		g.w.Close()
 		_ = g.proc.Wait()
 	})
 }
 
-// guardDone is the line that tells the guard tenure is finished.
-const guardDone = "done"
+// guardDoneLine is the line that tells the guard tenure is finished.
+const guardDoneLine = "done"
 
 // cmdGuard runs the guard: it reads its stdin, the pipe from tenure. A
 // line with a number names the session (and process group) it guards; a
@@ -108,7 +107,7 @@ func cmdGuard(args []string, stderr io.Writer) int {
 			return exitOK // tenure died before CMD started, or stdin is not the pipe
 		}
 		line = strings.TrimSuffix(line, "\n")
-		if line == guardDone {
+		if line == guardDoneLine {
 			return exitOK
 		}
 		if n, err := strconv.Atoi(line); err == nil && n > 1 {
