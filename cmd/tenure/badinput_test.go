@@ -51,6 +51,7 @@ func TestBadInput_ClearOneLineErrorExit2(t *testing.T) {
 		{"leader unreachable", []string{"leader", "--endpoints", "127.0.0.1:1,127.0.0.1:2", "--dial-timeout", "1s", "--key", "k"}, "127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused; 127.0.0.1:2: dial tcp"},
 		{"bad env", []string{"exec", "--key", "k", "--", "true"}, `TENURE_TTL="soon": parse error, want a duration such as 5s or 1m30s (it sets --ttl)`},
 		{"unknown command", []string{"elect"}, "unknown command"},
+		{"guard argument not NAME=VALUE", []string{"__guard", "TENURE_TERM=1", "kill-all"}, "internal command"},
 		{"bad log level", []string{"exec", "--endpoints", endpoint, "--key", "k", "--log-level", "loud", "--", "true"}, "--log-level"},
 		{"bad log format", []string{"exec", "--endpoints", endpoint, "--key", "k", "--log-format", "xml", "--", "true"}, "--log-format"},
 		{"bad metrics addr", []string{"exec", "--endpoints", endpoint, "--key", "k", "--metrics-addr", "nowhere:-1", "--", "true"}, "--metrics-addr"},

@@ -77,7 +77,10 @@ its SIGKILL by the same deadline, even if CMD exits before it. A tenure
 paused past that deadline (stopped, frozen) SIGKILLs them the moment it
 runs again. tenure then exits 4. If tenure itself is killed, the kernel
 kills CMD, and a guard process (tenure __guard) kills what is left of
-CMD's session: only a process that left it (setsid) escapes.
+CMD's session and every process whose environment holds this run's
+TENURE_TERM, TENURE_KEY, TENURE_IDENTITY, TENURE_BACKEND and
+TENURE_ENDPOINTS: only a process that left the session (setsid) and
+dropped those variables escapes.
 
 Examples:
   tenure exec --key backup --endpoints 10.0.0.1:2379 -- ./backup.sh
@@ -453,15 +456,18 @@ var errAborted = errors.New("not waited for: tenure was signalled to stop")
 func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string, sigs <-chan os.Signal, stop *shutdown, stdout, stderr io.Writer) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(childEnv(), // without the credentials and TLS settings
-		"TENURE_TERM="+strconv.FormatUint(term.Token, 10),
-		"TENURE_KEY="+term.Key,
-		"TENURE_IDENTITY="+term.Identity,
-		"TENURE_BACKEND="+term.Backend,
+	// What CMD learns of its term. Together these entries also mark this
+	// run's processes, for the guard (see startGuard).
+	run := []string{
+		"TENURE_TERM=" + strconv.FormatUint(term.Token, 10),
+		"TENURE_KEY=" + term.Key,
+		"TENURE_IDENTITY=" + term.Identity,
+		"TENURE_BACKEND=" + term.Backend,
 		// So that a tenure leader inside CMD reports this lock, also when
 		// --endpoints was a flag. (TLS and auth settings are not passed.)
-		"TENURE_ENDPOINTS="+f.endpoints.list,
-	)
+		"TENURE_ENDPOINTS=" + f.endpoints.list,
+	}
+	cmd.Env = append(childEnv(), run...) // without the credentials and TLS settings
 	// Own session, and so own process group, so that a signal reaches
 	// CMD's children too, and the guard finds CMD's processes by their
 	// session once tenure is gone (see tree.go). If tenure itself is
@@ -527,7 +533,7 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// a busy host, and nothing may come between that look and the start.
 	// The guard starts before CMD (see startGuard), and before the tree's
 	// look at /proc: it is one of tenure's children from before CMD.
-	g, err := startGuard()
+	g, err := startGuard(run)
 	if err != nil {
 		say.printf("tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
 		g = nil
@@ -580,6 +586,9 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	// would leave what CMD starts running.
 	cmdStarted = true
 	guardDone := func() {}
+	if beforeGuardWatch != nil {
+		beforeGuardWatch()
+	}
 	if g != nil {
 		if err := g.watch(cmd.Process.Pid); err != nil {
 			say.printf("tenure exec: warning: no guard for %s's children if tenure is killed: %s\n", argv[0], oneLine(err))
@@ -768,6 +777,10 @@ func (n *notes) close(d time.Duration) {
 // one last time and starts CMD. Tests set it to hold an elected tenure in
 // that window; nil in tenure itself.
 var beforeStart func()
+
+// beforeGuardWatch, when not nil, runs as soon as supervise has started
+// CMD, before it tells the guard CMD's session: a test hook.
+var beforeGuardWatch func()
 
 // afterCmdStart, when not nil, runs as soon as supervise has started CMD
 // and told the guard of it (tests: tenure killed right after CMD's start).

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // guardCommand is the hidden subcommand of the guard process that tenure
@@ -32,15 +34,28 @@ type guard struct {
 // only tenure has. Once CMD runs, watch tells the guard CMD's session id
 // (also its process group's, CMD's pid); when tenure dies, however it
 // dies, the pipe closes and the guard kills the group and the session (see
-// killSession). done tells the guard that tenure is finished with them
-// (nothing is killed) and waits for it to exit.
+// killSession), and every process whose environment holds all of marks
+// (see killMarked). done tells the guard that tenure is finished with
+// them (nothing is killed) and waits for it to exit.
+//
+// marks are the variables that tenure exec adds to CMD's environment
+// ("TENURE_TERM=7", "TENURE_KEY=...", ...): together they name this run
+// alone (a term is never given twice for a key on one backend), and the
+// processes CMD starts inherit them. They cover what the session does not:
+// a process that left CMD's session (setsid), and the moment between
+// CMD's start and watch's one write to the pipe, when the guard does not
+// know the session yet.
 //
 // The guard starts before CMD, not after: starting it (a fork and an exec
 // of this binary, milliseconds on a busy host) after CMD left a window in
 // which CMD had started children but no guard was there to kill them if
-// tenure died. What remains is the moment between CMD's start and watch's
-// one write to the pipe.
-func startGuard() (*guard, error) {
+// tenure died.
+func startGuard(marks []string) (*guard, error) {
+	for _, m := range marks {
+		if !strings.Contains(m, "=") {
+			return nil, fmt.Errorf("guard: mark %q is not NAME=VALUE", m)
+		}
+	}
 	// This very binary, even if its file was replaced or deleted since
 	// (an upgrade while tenure runs): the guard must be this version.
 	exe := "/proc/self/exe"
@@ -48,8 +63,12 @@ func startGuard() (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := exec.Command(exe, guardCommand)
+	g := exec.Command(exe, append([]string{guardCommand}, marks...)...)
 	g.Stdin = r
+	// Without the variables that mark a command's processes: this tenure
+	// may run inside another tenure exec's command, and that exec's guard
+	// must not kill this guard with the command's processes.
+	g.Env = withoutMarks(os.Environ(), marks)
 	// Its own session: a Ctrl-C to the terminal's group does not reach
 	// it, nor does the guard of an enclosing tenure exec, which kills the
 	// session this tenure runs in, before this guard has killed CMD's.
@@ -61,6 +80,18 @@ func startGuard() (*guard, error) {
 		return nil, err
 	}
 	return &guard{w: w, proc: g}, nil
+}
+
+// withoutMarks returns env without the variables that marks set.
+func withoutMarks(env, marks []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(marks, func(m string) bool { return strings.HasPrefix(m, name+"=") }) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // watch tells the guard the session (and process group) to kill if
@@ -87,22 +118,28 @@ const guardDoneLine = "done"
 // line with a number names the session (and process group) it guards; a
 // line "done" ends it, killing nothing. When the pipe closes without
 // "done" (tenure died), it SIGKILLs the process group and every process of
-// the session it was told of, if any.
+// the session it was told of, if any, and every process whose environment
+// holds all of args, the marks (see startGuard).
 func cmdGuard(args []string, stderr io.Writer) int {
 	// Signals meant for tenure or the terminal are not the guard's: only
 	// the pipe tells it what to do.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	if len(args) != 0 {
-		fmt.Fprintln(stderr, "tenure: internal command")
-		return exitUsage
+	for _, m := range args {
+		if !strings.Contains(m, "=") {
+			fmt.Fprintln(stderr, "tenure: internal command")
+			return exitUsage
+		}
 	}
 	pgid := 0
 	in := bufio.NewReader(os.Stdin)
 	for {
 		line, err := in.ReadString('\n')
 		if err != nil {
-			if errors.Is(err, io.EOF) && pgid > 1 {
-				killSession(pgid, pgid)
+			if errors.Is(err, io.EOF) {
+				if pgid > 1 {
+					killSession(pgid, pgid)
+				}
+				killMarked(args)
 			}
 			return exitOK // tenure died before CMD started, or stdin is not the pipe
 		}
@@ -114,4 +151,46 @@ func cmdGuard(args []string, stderr io.Writer) int {
 			pgid = n
 		}
 	}
+}
+
+// killMarked SIGKILLs every process (but the guard) whose environment, as
+// /proc/PID/environ shows it, holds every entry of marks, and reads /proc
+// again until none is left, or for at most 50 rounds: a process may fork
+// while it reads. It kills nothing when marks is empty, or when /proc is
+// not this pid namespace's. A process that set up its environment anew
+// (env -i) is not found, nor one of another user.
+func killMarked(marks []string) {
+	if len(marks) == 0 || !procIsOurs() {
+		return
+	}
+	self := os.Getpid()
+	for range 50 {
+		n := 0
+		for _, p := range readProcs() {
+			if p.pid != self && !p.dead && environHolds(p.pid, marks) {
+				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				n++
+			}
+		}
+		if n == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// environHolds reports whether process pid's environment has every entry
+// of marks. False when it cannot be read.
+func environHolds(pid int, marks []string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil || len(b) == 0 {
+		return false
+	}
+	env := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	for _, m := range marks {
+		if !slices.Contains(env, m) {
+			return false
+		}
+	}
+	return true
 }

@@ -118,6 +118,9 @@ func TestMain(m *testing.M) {
 		if dir := os.Getenv("TENURE_TEST_HOLD_BEFORE_START"); dir != "" {
 			beforeStart = func() { holdBeforeStart(dir) }
 		}
+		if dir := os.Getenv("TENURE_TEST_HOLD_BEFORE_WATCH"); dir != "" {
+			beforeGuardWatch = func() { holdAt(dir, "watch-held", "watch-go") }
+		}
 		if dir := os.Getenv("TENURE_TEST_HOLD_AFTER_START"); dir != "" {
 			afterCmdStart = func() { holdAt(dir, "started-held", "started-go") }
 		}

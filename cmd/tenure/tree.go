@@ -16,7 +16,8 @@ import (
 // it starts. tenure therefore also finds CMD's processes by descent (see
 // cmdTree), and the guard, once tenure is gone and the tree with it, kills
 // every process of CMD's session (CMD starts one: only a process that
-// calls setsid itself leaves it).
+// calls setsid itself leaves it) and every process whose environment
+// holds the run's TENURE_ variables (see startGuard).
 
 // procStat is what tenure reads of a process in /proc/PID/stat.
 type procStat struct {

@@ -39,17 +39,86 @@ func TestExec_CutOffStopsWhatLeftTheGroup(t *testing.T) {
 
 // TestExec_KilledTenureKillsWhatLeftTheGroup: when tenure is SIGKILLed, the
 // guard kills CMD's session, including what left CMD's process group.
-// Before, it killed the group alone.
+// Before, it killed the group alone. The child clears its environment
+// (env -i), so that the guard can find it by its session alone, not by
+// the run's variables.
 func TestExec_KilledTenureKillsWhatLeftTheGroup(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
 	a := startArmed(t, dir, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
-		"sh", "-c", leavesTheGroup(`echo $$ > `+path(dir, "child-pid")+`; exec sleep 60`))...)
+		"sh", "-c", leavesTheGroup(`echo $$ > `+path(dir, "child-pid")+`; exec env -i sleep 60`))...)
 	child := pidIn(t, path(dir, "child-pid"))
 	if err := a.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	mustDie(t, child, 3*time.Second, "the command's child outside its process group")
+}
+
+// TestExec_KilledBeforeTheGuardKnowsTheSessionLeavesNoOrphans: tenure is
+// SIGKILLed after CMD has started, and CMD a child, but before tenure
+// has told its guard CMD's session (held there). The guard finds the child
+// by the variables of the run in its environment. Before, it knew nothing
+// to kill then, and the child ran on without the lock.
+func TestExec_KilledBeforeTheGuardKnowsTheSessionLeavesNoOrphans(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	cmd := tenureCmd(append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--",
+		"sh", "-c", `sleep 60 & echo $! > `+path(dir, "child-pid")+`; wait`)...)
+	cmd.Env = append(cmd.Env, "TENURE_TEST_HOLD_BEFORE_WATCH="+dir)
+	a := startCmd(t, cmd)
+	waitFile(t, path(dir, "watch-held"), 15*time.Second)
+	child := pidIn(t, path(dir, "child-pid"))
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	mustDie(t, child, 3*time.Second, "the command's child")
+}
+
+// TestExec_KilledTenureKillsWhatLeftTheSession: when tenure is SIGKILLed,
+// its guard also kills a process of CMD's that made a session of its own
+// (setsid), found by the run's variables in its environment, and spares
+// a process whose variables name another term of the same key. Before, it
+// killed CMD's session alone, and the setsid child ran on.
+func TestExec_KilledTenureKillsWhatLeftTheSession(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	script := `env | grep -E '^TENURE_(TERM|KEY|IDENTITY|BACKEND|ENDPOINTS)=' > ` + path(dir, "env") + `; ` +
+		`setsid sh -c 'echo $$ > ` + path(dir, "child-pid") + `; exec sleep 60' </dev/null >/dev/null 2>&1 & wait`
+	a := startArmed(t, dir, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--", "sh", "-c", script)...)
+	child := pidIn(t, path(dir, "child-pid"))
+	defer syscall.Kill(child, syscall.SIGKILL)
+	if p, ok := readProcStat(child); !ok || p.sid != child {
+		t.Fatalf("the child is not in a session of its own (%+v): the test shows nothing", p)
+	}
+	// A bystander with every variable of the run but the term: the next
+	// holder's command, say. The guard must leave it alone.
+	bystander := exec.Command("sleep", "60")
+	for _, kv := range strings.Split(strings.TrimSpace(waitFile(t, path(dir, "env"), 5*time.Second)), "\n") {
+		if name, val, _ := strings.Cut(kv, "="); name == "TENURE_TERM" {
+			n, err := strconv.ParseUint(val, 10, 64)
+			if err != nil {
+				t.Fatalf("TENURE_TERM=%q", val)
+			}
+			kv = "TENURE_TERM=" + strconv.FormatUint(n+1, 10)
+		}
+		bystander.Env = append(bystander.Env, kv)
+	}
+	if len(bystander.Env) != 5 {
+		t.Fatalf("the command saw %d TENURE_ variables (%q), want 5", len(bystander.Env), bystander.Env)
+	}
+	if err := bystander.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = bystander.Process.Kill(); _ = bystander.Wait() }()
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	mustDie(t, child, 3*time.Second, "the command's child in a session of its own")
+	<-a.done
+	time.Sleep(200 * time.Millisecond) // the guard's last rounds
+	if !running(bystander.Process.Pid) {
+		t.Fatal("the guard killed a process of another term of the key")
+	}
 }
 
 // TestExec_SIGTERMStopsWhatLeftTheGroupBeforeRelease: on SIGTERM, what
@@ -293,7 +362,8 @@ func TestExec_NestedExecGetsOneSIGTERM(t *testing.T) {
 // and that session; the inner guard, in a session of its own, must live
 // to kill the inner CMD's session, including what left the inner CMD's
 // group. Before, both guards shared a session, and the outer one could
-// kill the inner one first.
+// kill the inner one first. The inner guard's environment must not hold
+// the outer run's variables either, or the outer guard finds it by them.
 func TestExec_KilledNestedExecKillsWhatLeftTheInnerGroup(t *testing.T) {
 	v := env{"etcd", endpoint}
 	key, dir := v.key(t), dirT(t)
