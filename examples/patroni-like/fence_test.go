@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,14 +18,7 @@ func fencePair(t *testing.T) (primary, standby *Postgres) {
 		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
 	}
 	dir := t.TempDir()
-	ports, err := freePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	members := []Member{
-		{Name: "node1", API: "127.0.0.1:" + strconv.Itoa(ports[0]), Postgres: "127.0.0.1:" + strconv.Itoa(ports[1])},
-		{Name: "node2", API: "127.0.0.1:" + strconv.Itoa(ports[2]), Postgres: "127.0.0.1:" + strconv.Itoa(ports[3])},
-	}
+	members := memberPair(t, "127.0.0.1", "127.0.0.1")
 	var pgs []*Postgres
 	for _, m := range members {
 		cfg := Config{
@@ -46,19 +38,7 @@ func fencePair(t *testing.T) (primary, standby *Postgres) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p1, p2 := pgs[0], pgs[1]
-	for _, step := range []func() error{
-		func() error { return p1.Initdb(ctx) },
-		func() error { return p1.Configure("", false) },
-		func() error { return p1.Start(ctx) },
-		func() error { return p2.BaseBackup(ctx, p1.Addr()) },
-		func() error { return p2.Configure(p1.Addr(), true) },
-		func() error { return p2.SetStandby(true) },
-		func() error { return p2.Start(ctx) },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	startPrimaryAndStandby(ctx, t, p1, p2)
 	return p1, p2
 }
 

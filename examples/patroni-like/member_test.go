@@ -71,6 +71,47 @@ func TestRun_TTLTheServerRefusesStopsTheManager(t *testing.T) {
 	}
 }
 
+// memberPair returns the members node1, its API and PostgreSQL on host1,
+// and node2, on host2, at free ports.
+func memberPair(t *testing.T, host1, host2 string) []Member {
+	t.Helper()
+	ports, err := freePorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []Member{
+		{Name: "node1", API: host1 + ":" + strconv.Itoa(ports[0]), Postgres: host1 + ":" + strconv.Itoa(ports[1])},
+		{Name: "node2", API: host2 + ":" + strconv.Itoa(ports[2]), Postgres: host2 + ":" + strconv.Itoa(ports[3])},
+	}
+}
+
+// startPrimaryAndStandby makes primary a running primary (initdb,
+// configure, start) and standby its running standby (base backup,
+// configure, standby.signal, start). It fails t on any step, with the tail
+// of the standby's log when the standby does not start within 20 s.
+func startPrimaryAndStandby(ctx context.Context, t *testing.T, primary, standby *Postgres) {
+	t.Helper()
+	for _, step := range []func() error{
+		func() error { return primary.Initdb(ctx) },
+		func() error { return primary.Configure("", false) },
+		func() error { return primary.Start(ctx) },
+		func() error { return standby.BaseBackup(ctx, primary.Addr()) },
+		func() error { return standby.Configure(primary.Addr(), true) },
+		func() error { return standby.SetStandby(true) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	err := standby.Start(sctx)
+	cancel()
+	if err != nil {
+		b, _ := os.ReadFile(standby.LogFile())
+		t.Fatalf("the standby, copied from the primary %s, did not start on its own address %s: %v; log tail: %s", primary.Addr(), standby.Addr(), err, lastLines(string(b), 5))
+	}
+}
+
 // TestConfigure_EachMemberListensOnItsOwnAddressWithItsOwnParameters: a
 // standby's data comes from another member (pg_basebackup, pg_rewind),
 // postgresql.conf included. Its listen address and parameters must be its
@@ -81,14 +122,7 @@ func TestConfigure_EachMemberListensOnItsOwnAddressWithItsOwnParameters(t *testi
 		t.Fatalf("%v (scripts/test.sh installs Debian's postgresql package)", err)
 	}
 	dir := t.TempDir()
-	ports, err := freePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	members := []Member{
-		{Name: "node1", API: "127.0.0.1:" + strconv.Itoa(ports[0]), Postgres: "127.0.0.1:" + strconv.Itoa(ports[1])},
-		{Name: "node2", API: "127.0.0.2:" + strconv.Itoa(ports[2]), Postgres: "127.0.0.2:" + strconv.Itoa(ports[3])},
-	}
+	members := memberPair(t, "127.0.0.1", "127.0.0.2")
 	pgs := map[string]*Postgres{}
 	for i, m := range members {
 		cfg := Config{
@@ -119,32 +153,8 @@ func TestConfigure_EachMemberListensOnItsOwnAddressWithItsOwnParameters(t *testi
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p1, p2 := pgs["node1"], pgs["node2"]
-	if err := p1.Initdb(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p1.Configure("", false); err != nil {
-		t.Fatal(err)
-	}
-	if err := p1.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p2.BaseBackup(ctx, p1.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	if err := p2.Configure(p1.Addr(), true); err != nil {
-		t.Fatal(err)
-	}
-	if err := p2.SetStandby(true); err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
-	err = p2.Start(sctx)
-	scancel()
-	if err != nil {
-		b, _ := os.ReadFile(p2.LogFile())
-		t.Fatalf("node2, copied from node1, did not start on its own address %s: %v; log tail: %s", p2.Addr(), err, lastLines(string(b), 5))
-	}
+	// node2, copied from node1, must start on its own address.
+	startPrimaryAndStandby(ctx, t, pgs["node1"], pgs["node2"])
 	for name, want := range map[string]string{"node1": "5MB", "node2": "7MB"} {
 		conn, err := pgs[name].Connect(ctx)
 		if err != nil {
