@@ -74,8 +74,11 @@ If leadership is lost while CMD runs (the lease could not be renewed), CMD
 gets SIGTERM and, --grace later, SIGKILL, both before the server can
 expire the lease and elect another holder; what CMD leaves running gets
 its SIGKILL by the same deadline, even if CMD exits before it. A tenure
-paused past that deadline (stopped, frozen) SIGKILLs them the moment it
-runs again. tenure then exits 4. If tenure itself is killed, the kernel
+that cannot run then (stopped by SIGSTOP or a debugger, starved) leaves
+it to its guard process, which SIGKILLs them shortly after that
+deadline, still before the server can expire the lease; a tenure paused
+together with its guard (a frozen VM) SIGKILLs them the moment it runs
+again. tenure then exits 4. If tenure itself is killed, the kernel
 kills CMD, and a guard process (tenure __guard) kills what is left of
 CMD's session and every process whose environment holds this run's
 TENURE_TERM, TENURE_KEY, TENURE_IDENTITY, TENURE_BACKEND and
@@ -449,6 +452,10 @@ func (s *shutdown) do(f func(context.Context) error) error {
 	}
 }
 
+// errDeadlinePassed is why a term ended when tenure finds its lease
+// deadline passed before the lease itself has said so.
+var errDeadlinePassed = errors.New("the lease deadline passed while tenure could not run")
+
 // errAborted is shutdown.do's error after abort.
 var errAborted = errors.New("not waited for: tenure was signalled to stop")
 
@@ -595,6 +602,11 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		}
 		guardDone = g.done
 	}
+	stopBackstop := func() {}
+	if g != nil {
+		stopBackstop = guardBackstop(e, g, f.grace)
+		defer stopBackstop()
+	}
 	tree.cmd = procStat{pid: cmd.Process.Pid}
 	if p, ok := readProcStat(cmd.Process.Pid); ok { // not reaped before cmd.Wait
 		tree.cmd = p
@@ -630,6 +642,9 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 	onLost := func() {
 		lostLead = true
 		reason := e.Err()
+		if reason == nil { // the deadline passed; the lease's timer has not run yet
+			reason = errDeadlinePassed
+		}
 		now := time.Now()
 		killAt = now
 		if errors.Is(reason, tenure.ErrLeaseExpired) && f.grace > 0 {
@@ -689,10 +704,18 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		if killTimer != nil {
 			killTimer.Stop() // the processes are gone: their ids may be reused
 		}
+		stopBackstop()
 		guardDone()
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	// byGuard reports whether CMD's exit, err, is a SIGKILL after its term
+	// ended: tenure could not run at its deadline (stopped, starved), and
+	// its guard stopped CMD (see guardBackstop). Leadership was lost, and
+	// tenure says so, not that CMD failed.
+	byGuard := func(err error) bool {
+		return exitStatus(err) == 128+int(syscall.SIGKILL) && !e.IsLeader()
+	}
 	exited := func(err error) int {
 		ended()
 		if lostLead {
@@ -709,6 +732,10 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		}
 		select {
 		case err := <-waited:
+			if lost != nil && byGuard(err) {
+				lost = nil
+				onLost()
+			}
 			return exited(err)
 		case s := <-sigs:
 			if signalled { // a second signal: the user will not wait
@@ -722,6 +749,11 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 		case <-lost:
 			select {
 			case err := <-waited:
+				if byGuard(err) {
+					lost = nil
+					onLost()
+					return exited(err)
+				}
 				// CMD had exited by itself when the loss was read: its
 				// status, as when its exit is read first (select would
 				// pick either at random). What it left, if anything, is
@@ -733,6 +765,47 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 			lost = nil
 			onLost()
 		}
+	}
+}
+
+// guardBackstop keeps g's kill instant at the lease deadline plus grace
+// plus half the rest of the deadline margin (the safety, see config):
+// after tenure's own SIGKILL, before the server can expire the lease. A
+// tenure that runs kills first; one that cannot run (stopped, starved)
+// leaves it to the guard. It reads e's deadline every quarter of that
+// safety (at least 10 ms) and tells the guard when it moved: a renewal
+// reaches the guard within half the safety, before the instant it
+// replaces. The returned func stops it and waits for it; safe to call
+// more than once.
+func guardBackstop(e *election.Elector, g *guard, grace time.Duration) (stop func()) {
+	slack := (e.Config().DeadlineMargin - grace) / 2
+	every := max(slack/2, 10*time.Millisecond)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var sent time.Time
+		for {
+			if d := e.Deadline(); !d.IsZero() && !d.Equal(sent) {
+				if g.killBy(d.Add(grace+slack)) != nil {
+					return
+				}
+				sent = d
+			}
+			select {
+			case <-t.C:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
 	}
 }
 

@@ -242,6 +242,50 @@ func cutOff(t *testing.T, v env, grace string, script func(alive, pidFile string
 	}
 }
 
+// TestExec_StoppedTenureDoesNotOutliveItsLease: tenure alone is stopped
+// (SIGSTOP) while its command, in a session of its own, runs on. tenure
+// cannot act at its deadline; its guard, told the deadline, SIGKILLs the
+// command before the server expires the lease and the successor starts.
+// Before, the command ran on next to the successor's until tenure was
+// resumed.
+func TestExec_StoppedTenureDoesNotOutliveItsLease(t *testing.T) {
+	eachBackend(t, testStoppedTenure)
+	t.Run("redis", func(t *testing.T) { testStoppedTenure(t, env{"redis", redisEndpoint}) })
+}
+
+func testStoppedTenure(t *testing.T, v env) {
+	key, dir := v.key(t), dirT(t)
+	alive := path(dir, "alive")
+	a := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--grace", "300ms", "--",
+		"sh", "-c", `echo $$ > `+path(dir, "a-pid")+`; while :; do date +%s%N > `+alive+`.tmp; mv `+alive+`.tmp `+alive+`; sleep 0.01; done`)...)
+	aPid := pidIn(t, path(dir, "a-pid"))
+	b := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--ttl", "2s", "--", "sh", "-c", `date +%s%N > `+path(dir, "b-start"))...)
+	v.waitQueued(t, key, 2)
+	stopped := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	bStart := nanos(t, waitFile(t, path(dir, "b-start"), 10*time.Second))
+	cmdRan := running(aPid)
+	time.Sleep(100 * time.Millisecond) // a command still running would stamp again
+	lastAlive := nanos(t, waitFile(t, alive, time.Second))
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	code := a.wait(t, 5*time.Second)
+	t.Logf("%s: tenure stopped: its command's last sign of life %v after the stop, successor started %v after (%v later); tenure exited %d once resumed",
+		v.backend, lastAlive.Sub(stopped), bStart.Sub(stopped), bStart.Sub(lastAlive), code)
+	if cmdRan || !lastAlive.Before(bStart) {
+		t.Fatalf("the stopped holder's command was alive %v after the successor started (still running then: %v)", lastAlive.Sub(bStart), cmdRan)
+	}
+	if code != exitLostLead || !strings.Contains(a.stderr.String(), "lost leadership") {
+		t.Fatalf("the resumed holder exited %d, want %d saying leadership was lost; stderr: %s", code, exitLostLead, a.stderr)
+	}
+	if code := b.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("successor exited %d; stderr: %s", code, b.stderr)
+	}
+}
+
 // TestExec_TermLostBeforeStartDoesNotRunCMD: a term that ends between
 // the election and CMD's start (here: tenure held there while cut off,
 // until its successor runs) does not run CMD at all.

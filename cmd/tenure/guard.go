@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // guardCommand is the hidden subcommand of the guard process that tenure
@@ -101,6 +103,25 @@ func (g *guard) watch(pgid int) error {
 	return err
 }
 
+// killBy tells the guard to SIGKILL CMD's processes (as if tenure had
+// died) at at, unless a later instant or done comes first: the backstop
+// for a tenure that cannot run at its own deadline (stopped by SIGSTOP, a
+// debugger, starved) while CMD, in a session of its own, runs on. The
+// guard reads the instant off CLOCK_MONOTONIC, as Go's monotonic clock
+// does, so a change of the wall clock moves neither.
+func (g *guard) killBy(at time.Time) error {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return err
+	}
+	mono := ts.Nano() + int64(time.Until(at))
+	_, err := fmt.Fprintf(g.w, "%s %d\n", guardKillAtLine, mono)
+	return err
+}
+
+// guardKillAtLine starts the line that sets the guard's kill instant.
+const guardKillAtLine = "kill-at"
+
 // done tells the guard to exit without killing anything and waits for it.
 // Safe to call more than once; only the first call acts.
 func (g *guard) done() {
@@ -116,10 +137,12 @@ const guardDoneLine = "done"
 
 // cmdGuard runs the guard: it reads its stdin, the pipe from tenure. A
 // line with a number names the session (and process group) it guards; a
-// line "done" ends it, killing nothing. When the pipe closes without
-// "done" (tenure died), it SIGKILLs the process group and every process of
-// the session it was told of, if any, and every process whose environment
-// holds all of args, the marks (see startGuard).
+// line "kill-at N" sets the instant, N nanoseconds on CLOCK_MONOTONIC, at
+// which it kills them (the last such line counts); a line "done" ends it,
+// killing nothing. When the pipe closes without "done" (tenure died), or
+// the kill instant passes first, it SIGKILLs the process group and every
+// process of the session it was told of, if any, and every process whose
+// environment holds all of args, the marks (see startGuard).
 func cmdGuard(args []string, stderr io.Writer) int {
 	// Signals meant for tenure or the terminal are not the guard's: only
 	// the pipe tells it what to do.
@@ -130,25 +153,57 @@ func cmdGuard(args []string, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	pgid := 0
-	in := bufio.NewReader(os.Stdin)
-	for {
-		line, err := in.ReadString('\n')
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				if pgid > 1 {
-					killSession(pgid, pgid)
-				}
-				killMarked(args)
+	// The pipe's lines, read in a goroutine of its own so that the kill
+	// instant can pass while it waits; closed at its end, after eof is
+	// set when the end was tenure's (EOF: tenure died).
+	lines := make(chan string)
+	eof := false
+	go func() {
+		defer close(lines)
+		in := bufio.NewReader(os.Stdin)
+		for {
+			line, err := in.ReadString('\n')
+			if err != nil {
+				eof = errors.Is(err, io.EOF) // else stdin is not the pipe
+				return
 			}
-			return exitOK // tenure died before CMD started, or stdin is not the pipe
+			lines <- strings.TrimSuffix(line, "\n")
 		}
-		line = strings.TrimSuffix(line, "\n")
-		if line == guardDoneLine {
-			return exitOK
+	}()
+	pgid := 0
+	kill := func() {
+		if pgid > 1 {
+			killSession(pgid, pgid)
 		}
-		if n, err := strconv.Atoi(line); err == nil && n > 1 {
-			pgid = n
+		killMarked(args)
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			kill()
+		case line, ok := <-lines:
+			switch {
+			case !ok:
+				if eof { // tenure died (before CMD started: nothing is found)
+					kill()
+				}
+				return exitOK
+			case line == guardDoneLine:
+				return exitOK
+			case strings.HasPrefix(line, guardKillAtLine+" "):
+				at, err := strconv.ParseInt(strings.TrimPrefix(line, guardKillAtLine+" "), 10, 64)
+				var ts unix.Timespec
+				if err != nil || unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+					continue
+				}
+				timer.Reset(max(0, time.Duration(at-ts.Nano())))
+			default:
+				if n, err := strconv.Atoi(line); err == nil && n > 1 {
+					pgid = n
+				}
+			}
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -90,6 +91,22 @@ func (v env) queued(t *testing.T, key string) int {
 			return 0
 		}
 		return len(children)
+	}
+	if v.backend == "redis" {
+		// The holder's key, and the waiters registered in <key>:waiting.
+		rdb := redis.NewClient(&redis.Options{Addr: v.endpoint})
+		defer rdb.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		held, err1 := rdb.Exists(ctx, key).Result()
+		waiting, err2 := rdb.ZCard(ctx, key+":waiting").Result()
+		if err1 != nil || err2 != nil {
+			return -1
+		}
+		return int(held + waiting)
+	}
+	if v.backend != "etcd" {
+		t.Fatalf("queued: backend %q", v.backend)
 	}
 	cli := newClient(t, v.endpoint)
 	r, err := cli.Get(context.Background(), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
