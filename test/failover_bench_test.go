@@ -198,10 +198,17 @@ func (lp *lockProc) ticks() (first, last time.Time, child int) {
 // ran again, which would hide the overlap the benchmark measures.
 func (lp *lockProc) signal(s syscall.Signal) {
 	_, _, child := lp.ticks()
+	// Every process under the lock process too, each in its own right:
+	// tenure exec's guard runs in a session of its own, and a paused VM
+	// pauses it with the rest.
+	tree := descendants(lp.cmd.Process.Pid)
 	toChild := func() {
 		if child != 0 {
 			_ = syscall.Kill(-child, s)
 			_ = syscall.Kill(child, s)
+		}
+		for _, pid := range tree {
+			_ = syscall.Kill(pid, s)
 		}
 	}
 	if s == syscall.SIGCONT {
@@ -211,6 +218,31 @@ func (lp *lockProc) signal(s syscall.Signal) {
 	if s != syscall.SIGCONT {
 		toChild()
 	}
+}
+
+// descendants returns the processes that descend from pid, read from the
+// children files of /proc (empty where the kernel has none).
+func descendants(pid int) []int {
+	var out []int
+	next := []int{pid}
+	for len(next) > 0 {
+		p := next[0]
+		next = next[1:]
+		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(p) + "/task/*/children")
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, field := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(field); err == nil {
+					out = append(out, c)
+					next = append(next, c)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // stop ends the process: SIGTERM (a clean release), SIGKILL after 5 s.
