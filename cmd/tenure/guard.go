@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -110,12 +110,7 @@ func (g *guard) watch(pgid int) error {
 // guard reads the instant off CLOCK_MONOTONIC, as Go's monotonic clock
 // does, so a change of the wall clock moves neither.
 func (g *guard) killBy(at time.Time) error {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return err
-	}
-	mono := ts.Nano() + int64(time.Until(at))
-	_, err := fmt.Fprintf(g.w, "%s %d\n", guardKillAtLine, mono)
+	_, err := fmt.Fprintf(g.w, "%s %d\n", guardKillAtLine, monoNow()+int64(time.Until(at)))
 	return err
 }
 
@@ -153,23 +148,6 @@ func cmdGuard(args []string, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	// The pipe's lines, read in a goroutine of its own so that the kill
-	// instant can pass while it waits; closed at its end, after eof is
-	// set when the end was tenure's (EOF: tenure died).
-	lines := make(chan string)
-	eof := false
-	go func() {
-		defer close(lines)
-		in := bufio.NewReader(os.Stdin)
-		for {
-			line, err := in.ReadString('\n')
-			if err != nil {
-				eof = errors.Is(err, io.EOF) // else stdin is not the pipe
-				return
-			}
-			lines <- strings.TrimSuffix(line, "\n")
-		}
-	}()
 	pgid := 0
 	kill := func() {
 		if pgid > 1 {
@@ -177,28 +155,59 @@ func cmdGuard(args []string, stderr io.Writer) int {
 		}
 		killMarked(args)
 	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	// The kill instant, when set, on CLOCK_MONOTONIC. A line written before
+	// it passed counts even if the guard reads it later (it was slow to
+	// start, or starved): the guard kills only when the instant has passed
+	// and the pipe holds nothing unread.
+	var at int64
+	armed := false
+	fd := int(os.Stdin.Fd())
+	var pending []byte
+	chunk := make([]byte, 4096)
 	for {
-		select {
-		case <-timer.C:
-			kill()
-		case line, ok := <-lines:
+		timeout := -1 // no instant: wait for the next line
+		if armed {
+			timeout = int(max(0, (at-monoNow()+int64(time.Millisecond)-1)/int64(time.Millisecond)))
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, timeout)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return exitFailure // stdin is not the pipe
+		}
+		if n == 0 { // nothing unread
+			if armed && monoNow() >= at {
+				kill()
+				armed = false
+			}
+			continue
+		}
+		k, err := unix.Read(fd, chunk)
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		}
+		if k <= 0 {
+			if err == nil { // EOF: tenure died (before CMD started: nothing is found)
+				kill()
+			}
+			return exitOK
+		}
+		pending = append(pending, chunk[:k]...)
+		for {
+			i := bytes.IndexByte(pending, '\n')
+			if i < 0 {
+				break
+			}
+			line := string(pending[:i])
+			pending = pending[i+1:]
 			switch {
-			case !ok:
-				if eof { // tenure died (before CMD started: nothing is found)
-					kill()
-				}
-				return exitOK
 			case line == guardDoneLine:
 				return exitOK
 			case strings.HasPrefix(line, guardKillAtLine+" "):
-				at, err := strconv.ParseInt(strings.TrimPrefix(line, guardKillAtLine+" "), 10, 64)
-				var ts unix.Timespec
-				if err != nil || unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-					continue
+				if a, err := strconv.ParseInt(strings.TrimPrefix(line, guardKillAtLine+" "), 10, 64); err == nil {
+					at, armed = a, true
 				}
-				timer.Reset(max(0, time.Duration(at-ts.Nano())))
 			default:
 				if n, err := strconv.Atoi(line); err == nil && n > 1 {
 					pgid = n
@@ -206,6 +215,13 @@ func cmdGuard(args []string, stderr io.Writer) int {
 			}
 		}
 	}
+}
+
+// monoNow reads CLOCK_MONOTONIC, in nanoseconds.
+func monoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }
 
 // killMarked SIGKILLs every process (but the guard) whose environment, as

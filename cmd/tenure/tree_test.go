@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -407,6 +408,60 @@ func TestExec_SetsidChildOfCMDIsStopped(t *testing.T) {
 			code := a.wait(t, 10*time.Second)
 			if running(child) {
 				t.Fatalf("tenure exited %d with CMD's setsid child still running; stderr: %s", code, a.stderr)
+			}
+		})
+	}
+}
+
+// TestGuard_LinesWrittenBeforeTheInstantCount: a guard that reads its
+// pipe late (slow to start, starved) finds a kill instant already passed
+// and, behind it, "done": it must obey the line, written before the
+// instant passed, and kill nothing. A marked process with no line at all
+// behind a passed instant is killed.
+func TestGuard_LinesWrittenBeforeTheInstantCount(t *testing.T) {
+	mark := "TENURE_TEST_GUARD_MARK=" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	for _, tc := range []struct {
+		name  string
+		lines string
+		kill  bool
+	}{
+		{"done after a passed instant", "%d\nkill-at %d\ndone\n", false},
+		{"a later instant after a passed one", "%d\nkill-at %d\nkill-at 9223372036854775807\n", false},
+		{"a passed instant alone", "%d\nkill-at %d\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			victim := exec.Command("sleep", "60")
+			victim.Env = append(os.Environ(), mark)
+			victim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := victim.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waited := make(chan struct{})
+			go func() { _ = victim.Wait(); close(waited) }()
+			defer func() { _ = victim.Process.Kill(); <-waited }()
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every line is in the pipe before the guard starts.
+			fmt.Fprintf(w, tc.lines, victim.Process.Pid, monoNow()-int64(time.Second))
+			g := tenureCmd(guardCommand, mark)
+			g.Stdin = r
+			if err := g.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			time.Sleep(500 * time.Millisecond)
+			killed := false
+			select {
+			case <-waited:
+				killed = true
+			default:
+			}
+			w.Close() // the guard exits (after "done", or at EOF, killing)
+			_ = g.Wait()
+			if killed != tc.kill {
+				t.Fatalf("the marked process killed: %v, want %v", killed, tc.kill)
 			}
 		})
 	}
