@@ -25,7 +25,9 @@ import (
 const managerEnv = "PATRONI_LIKE_TEST_MANAGER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(managerEnv) != "" {
+	// A manager, also one a test runs in this process, starts its
+	// watchdog as this very binary (see startWatchdog).
+	if os.Getenv(managerEnv) != "" || len(os.Args) > 1 && os.Args[1] == watchdogCommand {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	goleak.VerifyTestMain(m)

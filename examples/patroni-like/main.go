@@ -26,6 +26,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // run is the command line; it returns the exit status: 0, 1 on failure, 2 on
 // bad usage or configuration.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == watchdogCommand { // started by the manager
+		return runWatchdog(args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("patroni-like", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "the member's YAML configuration `file`")

@@ -69,6 +69,8 @@ type Manager struct {
 	runDone       chan struct{}
 
 	fatal chan error // an error no retry can fix (a TTL the server refuses): Run returns it
+
+	dog *watchdog // nil when it could not start (see Run)
 }
 
 // NewManager connects (lazily) to the DCS and prepares the manager of cfg.
@@ -150,6 +152,10 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.wake()
 		}
 	}()
+	if m.dog, err = startWatchdog(); err != nil {
+		m.log.Warn("no watchdog: a primary whose manager is stopped keeps accepting commits past its lease", zap.Error(err))
+	}
+	defer m.dog.close()
 	m.event("started", zap.String("api", m.cfg.Self().API), zap.String("postgres", m.pg.Addr()))
 
 	t := time.NewTicker(m.cfg.DCS.LoopWait)
@@ -650,8 +656,10 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 	m.elected, m.term, m.role = true, term, RolePromoting
 	m.mu.Unlock()
 	m.event("elected", zap.Uint64("term", term.Token))
+	stopBackstop := m.backstop()
 	yielded := false
 	defer func() {
+		defer stopBackstop()
 		if yielded {
 			// Nothing was changed: PostgreSQL is still a standby of the
 			// old timeline, with nothing to fence. The term ends
@@ -707,6 +715,49 @@ func (m *Manager) lead(ctx context.Context, term tenure.Term) {
 			}
 			m.recordOptime(ctx, term)
 		}
+	}
+}
+
+// backstop keeps the watchdog armed while this member leads: every
+// sixteenth of the deadline margin it reads the lease deadline and the
+// postmaster's pid, and when either moved it arms the watchdog to kill
+// PostgreSQL at the deadline plus 7/8 of the margin: after the fence,
+// which ends within 3/4 of it (see drainFor), and before the server can
+// expire the lease (the deadline plus the margin). A renewal reaches the
+// watchdog long before the instant it replaces. The returned func stops
+// it and disarms the watchdog; call it once the fence is done.
+func (m *Manager) backstop() (stop func()) {
+	if m.dog == nil {
+		return func() {}
+	}
+	margin := m.e.Config().DeadlineMargin
+	after, every := margin*7/8, max(margin/16, 10*time.Millisecond)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var sent time.Time
+		sentPID := 0
+		for {
+			if d, pid := m.e.Deadline(), m.pg.PID(); !d.IsZero() && pid > 1 && (!d.Equal(sent) || pid != sentPID) {
+				if err := m.dog.arm(pid, d.Add(after)); err != nil {
+					m.log.Warn("watchdog gone", zap.Error(err))
+					return
+				}
+				sent, sentPID = d, pid
+			}
+			select {
+			case <-t.C:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+		_ = m.dog.disarm()
 	}
 }
 

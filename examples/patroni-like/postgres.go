@@ -506,6 +506,17 @@ func (p *Postgres) SetStandby(on bool) error {
 	return p.writeFile("standby.signal", "")
 }
 
+// PID returns the postmaster's pid, also its process group's, or 0 when
+// it is not running.
+func (p *Postgres) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Running reports whether the postmaster is running.
 func (p *Postgres) Running() bool {
 	p.mu.Lock()
