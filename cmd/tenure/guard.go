@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/tenure-go/tenure/internal/alarmpipe"
 )
 
 // guardCommand is the hidden subcommand of the guard process that tenure
@@ -58,27 +56,15 @@ func startGuard(marks []string) (*guard, error) {
 			return nil, fmt.Errorf("guard: mark %q is not NAME=VALUE", m)
 		}
 	}
-	// This very binary, even if its file was replaced or deleted since
-	// (an upgrade while tenure runs): the guard must be this version.
-	exe := "/proc/self/exe"
-	r, w, err := os.Pipe() // close-on-exec: CMD never holds the write end
-	if err != nil {
-		return nil, err
-	}
-	g := exec.Command(exe, append([]string{guardCommand}, marks...)...)
-	g.Stdin = r
 	// Without the variables that mark a command's processes: this tenure
 	// may run inside another tenure exec's command, and that exec's guard
-	// must not kill this guard with the command's processes.
-	g.Env = withoutMarks(os.Environ(), marks)
-	// Its own session: a Ctrl-C to the terminal's group does not reach
-	// it, nor does the guard of an enclosing tenure exec, which kills the
-	// session this tenure runs in, before this guard has killed CMD's.
-	g.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = g.Start()
-	r.Close()
+	// must not kill this guard with the command's processes. In a session
+	// of its own: a Ctrl-C to the terminal's group does not reach it, nor
+	// does the guard of an enclosing tenure exec, which kills the session
+	// this tenure runs in, before this guard has killed CMD's. This very
+	// binary: the guard must be this version.
+	g, w, err := alarmpipe.Start(append([]string{guardCommand}, marks...), withoutMarks(os.Environ(), marks))
 	if err != nil {
-		w.Close()
 		return nil, err
 	}
 	return &guard{w: w, proc: g}, nil
@@ -110,7 +96,7 @@ func (g *guard) watch(pgid int) error {
 // guard reads the instant off CLOCK_MONOTONIC, as Go's monotonic clock
 // does, so a change of the wall clock moves neither.
 func (g *guard) killBy(at time.Time) error {
-	_, err := fmt.Fprintf(g.w, "%s %d\n", guardKillAtLine, monoNow()+int64(time.Until(at)))
+	_, err := fmt.Fprintf(g.w, "%s %d\n", guardKillAtLine, alarmpipe.At(at))
 	return err
 }
 
@@ -155,73 +141,30 @@ func cmdGuard(args []string, stderr io.Writer) int {
 		}
 		killMarked(args)
 	}
-	// The kill instant, when set, on CLOCK_MONOTONIC. A line written before
-	// it passed counts even if the guard reads it later (it was slow to
-	// start, or starved): the guard kills only when the instant has passed
-	// and the pipe holds nothing unread.
-	var at int64
-	armed := false
-	fd := int(os.Stdin.Fd())
-	var pending []byte
-	chunk := make([]byte, 4096)
-	for {
-		timeout := -1 // no instant: wait for the next line
-		if armed {
-			timeout = int(max(0, (at-monoNow()+int64(time.Millisecond)-1)/int64(time.Millisecond)))
-		}
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, timeout)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return exitFailure // stdin is not the pipe
-		}
-		if n == 0 { // nothing unread
-			if armed && monoNow() >= at {
-				kill()
-				armed = false
+	// The kill instant counts only if no line written before it passed
+	// is still unread (see alarmpipe).
+	eof, err := alarmpipe.Serve(int(os.Stdin.Fd()), func(line string, a *alarmpipe.Alarm) bool {
+		switch {
+		case line == guardDoneLine:
+			return false
+		case strings.HasPrefix(line, guardKillAtLine+" "):
+			if at, err := strconv.ParseInt(strings.TrimPrefix(line, guardKillAtLine+" "), 10, 64); err == nil {
+				a.Set(at)
 			}
-			continue
-		}
-		k, err := unix.Read(fd, chunk)
-		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-			continue
-		}
-		if k <= 0 {
-			if err == nil { // EOF: tenure died (before CMD started: nothing is found)
-				kill()
-			}
-			return exitOK
-		}
-		pending = append(pending, chunk[:k]...)
-		for {
-			i := bytes.IndexByte(pending, '\n')
-			if i < 0 {
-				break
-			}
-			line := string(pending[:i])
-			pending = pending[i+1:]
-			switch {
-			case line == guardDoneLine:
-				return exitOK
-			case strings.HasPrefix(line, guardKillAtLine+" "):
-				if a, err := strconv.ParseInt(strings.TrimPrefix(line, guardKillAtLine+" "), 10, 64); err == nil {
-					at, armed = a, true
-				}
-			default:
-				if n, err := strconv.Atoi(line); err == nil && n > 1 {
-					pgid = n
-				}
+		default:
+			if n, err := strconv.Atoi(line); err == nil && n > 1 {
+				pgid = n
 			}
 		}
+		return true
+	}, kill)
+	if err != nil {
+		return exitFailure // stdin is not the pipe
 	}
-}
-
-// monoNow reads CLOCK_MONOTONIC, in nanoseconds.
-func monoNow() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
+	if eof { // tenure died (before CMD started: nothing is found)
+		kill()
+	}
+	return exitOK
 }
 
 // killMarked SIGKILLs every process (but the guard) whose environment, as

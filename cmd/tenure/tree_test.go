@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-go/tenure/internal/alarmpipe"
 )
 
 // running reports whether pid is a process that has not exited (a zombie
@@ -444,7 +446,7 @@ func TestGuard_LinesWrittenBeforeTheInstantCount(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Every line is in the pipe before the guard starts.
-			fmt.Fprintf(w, tc.lines, victim.Process.Pid, monoNow()-int64(time.Second))
+			fmt.Fprintf(w, tc.lines, victim.Process.Pid, alarmpipe.Now()-int64(time.Second))
 			g := tenureCmd(guardCommand, mark)
 			g.Stdin = r
 			if err := g.Start(); err != nil {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/tenure-go/tenure/internal/alarmpipe"
 )
 
 // watchdogCommand is the hidden first argument that runs the watchdog
@@ -46,17 +44,8 @@ type watchdog struct {
 // session of its own (a signal to the manager's group does not reach it),
 // reading its orders from a pipe.
 func startWatchdog() (*watchdog, error) {
-	r, w, err := os.Pipe()
+	cmd, w, err := alarmpipe.Start([]string{watchdogCommand}, nil)
 	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command("/proc/self/exe", watchdogCommand)
-	cmd.Stdin = r
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	r.Close()
-	if err != nil {
-		w.Close()
 		return nil, err
 	}
 	return &watchdog{w: w, proc: cmd}, nil
@@ -65,7 +54,7 @@ func startWatchdog() (*watchdog, error) {
 // arm tells the watchdog to kill the postmaster pm (see killPostmaster) at
 // at, unless a later arm or a disarm comes first.
 func (d *watchdog) arm(pm int, at time.Time) error {
-	return d.send(fmt.Sprintf("arm %d %d", pm, monoNow()+int64(time.Until(at))))
+	return d.send(fmt.Sprintf("arm %d %d", pm, alarmpipe.At(at)))
 }
 
 // disarm tells the watchdog to kill nothing until it is armed again.
@@ -111,70 +100,38 @@ func runWatchdog(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "patroni-like: internal command")
 		return 2
 	}
-	fd := int(os.Stdin.Fd())
-	pm := 0      // armed when > 1
-	var at int64 // the kill instant, while armed
-	var pending []byte
-	chunk := make([]byte, 4096)
-	for {
-		timeout := -1 // disarmed: wait for the next line
+	pm := 0 // armed when > 1
+	kill := func() {
 		if pm > 1 {
-			timeout = int(max(0, (at-monoNow()+int64(time.Millisecond)-1)/int64(time.Millisecond)))
-		}
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, timeout)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return 1
-		}
-		if n == 0 { // nothing unread
-			if pm > 1 && monoNow() >= at {
-				killPostmaster(pm)
-				pm = 0
-			}
-			continue
-		}
-		k, err := unix.Read(fd, chunk)
-		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-			continue
-		}
-		if k <= 0 { // the pipe closed (the manager died), or stdin is not the pipe
-			if err == nil && pm > 1 {
-				killPostmaster(pm)
-			}
-			return 0
-		}
-		pending = append(pending, chunk[:k]...)
-		for {
-			i := bytes.IndexByte(pending, '\n')
-			if i < 0 {
-				break
-			}
-			f := strings.Fields(string(pending[:i]))
-			pending = pending[i+1:]
-			switch {
-			case len(f) == 1 && f[0] == "exit":
-				return 0
-			case len(f) == 1 && f[0] == "disarm":
-				pm = 0
-			case len(f) == 3 && f[0] == "arm":
-				g, err1 := strconv.Atoi(f[1])
-				a, err2 := strconv.ParseInt(f[2], 10, 64)
-				if err1 == nil && err2 == nil && g > 1 {
-					pm, at = g, a
-				}
-			}
+			killPostmaster(pm)
+			pm = 0
 		}
 	}
-}
-
-// monoNow reads CLOCK_MONOTONIC, in nanoseconds.
-func monoNow() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
+	eof, err := alarmpipe.Serve(int(os.Stdin.Fd()), func(line string, a *alarmpipe.Alarm) bool {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 1 && f[0] == "exit":
+			return false
+		case len(f) == 1 && f[0] == "disarm":
+			pm = 0
+			a.Clear()
+		case len(f) == 3 && f[0] == "arm":
+			g, err1 := strconv.Atoi(f[1])
+			at, err2 := strconv.ParseInt(f[2], 10, 64)
+			if err1 == nil && err2 == nil && g > 1 {
+				pm = g
+				a.Set(at)
+			}
+		}
+		return true
+	}, kill)
+	if err != nil {
+		return 1 // stdin is not the pipe
+	}
+	if eof { // the manager died
+		kill()
+	}
+	return 0
 }
 
 // killPostmaster SIGKILLs the postmaster pm and every process it forked.
