@@ -23,6 +23,7 @@ import (
 
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
+	"github.com/tenure-go/tenure/internal/alarmpipe"
 	"github.com/tenure-go/tenure/zkelect"
 )
 
@@ -779,34 +780,16 @@ func supervise(e *election.Elector, f execFlags, term tenure.Term, argv []string
 // more than once.
 func guardBackstop(e *election.Elector, g *guard, grace time.Duration) (stop func()) {
 	slack := (e.Config().DeadlineMargin - grace) / 2
-	every := max(slack/2, 10*time.Millisecond)
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		var sent time.Time
-		for {
-			if d := e.Deadline(); !d.IsZero() && !d.Equal(sent) {
-				if g.killBy(d.Add(grace+slack)) != nil {
-					return
-				}
-				sent = d
+	var sent time.Time
+	return alarmpipe.Every(max(slack/2, 10*time.Millisecond), func() bool {
+		if d := e.Deadline(); !d.IsZero() && !d.Equal(sent) {
+			if g.killBy(d.Add(grace+slack)) != nil {
+				return false // the guard is gone
 			}
-			select {
-			case <-t.C:
-			case <-quit:
-				return
-			}
+			sent = d
 		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(quit)
-			<-done
-		})
-	}
+		return true
+	})
 }
 
 // notes writes tenure's lines to stderr in order, from a goroutine of its

@@ -17,6 +17,7 @@ import (
 	"github.com/tenure-go/tenure"
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/etcdelect"
+	"github.com/tenure-go/tenure/internal/alarmpipe"
 )
 
 // Roles a member reports.
@@ -731,32 +732,21 @@ func (m *Manager) backstop() (stop func()) {
 		return func() {}
 	}
 	margin := m.e.Config().DeadlineMargin
-	after, every := margin*7/8, max(margin/16, 10*time.Millisecond)
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		var sent time.Time
-		sentPID := 0
-		for {
-			if d, pid := m.e.Deadline(), m.pg.PID(); !d.IsZero() && pid > 1 && (!d.Equal(sent) || pid != sentPID) {
-				if err := m.dog.arm(pid, d.Add(after)); err != nil {
-					m.log.Warn("watchdog gone", zap.Error(err))
-					return
-				}
-				sent, sentPID = d, pid
+	after := margin * 7 / 8
+	var sent time.Time
+	sentPID := 0
+	stopArming := alarmpipe.Every(max(margin/16, 10*time.Millisecond), func() bool {
+		if d, pid := m.e.Deadline(), m.pg.PID(); !d.IsZero() && pid > 1 && (!d.Equal(sent) || pid != sentPID) {
+			if err := m.dog.arm(pid, d.Add(after)); err != nil {
+				m.log.Warn("watchdog gone", zap.Error(err))
+				return false
 			}
-			select {
-			case <-t.C:
-			case <-quit:
-				return
-			}
+			sent, sentPID = d, pid
 		}
-	}()
+		return true
+	})
 	return func() {
-		close(quit)
-		<-done
+		stopArming()
 		_ = m.dog.disarm()
 	}
 }

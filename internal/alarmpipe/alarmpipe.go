@@ -17,6 +17,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -127,4 +128,30 @@ func Start(args, env []string) (*exec.Cmd, *os.File, error) {
 		return nil, nil, err
 	}
 	return cmd, w, nil
+}
+
+// Every calls f at once and then every period, in a goroutine of its own,
+// until f returns false or stop is called. stop waits for that goroutine
+// to end; it is safe to call more than once, from any goroutine.
+func Every(period time.Duration, f func() bool) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for f() {
+			select {
+			case <-t.C:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
+	}
 }

@@ -90,3 +90,39 @@ func TestServe_UnreadLinesComeBeforeAPassedInstant(t *testing.T) {
 		})
 	}
 }
+
+// TestEvery_CallsUntilFalseOrStop: f runs at once and then every period,
+// until it returns false; stop then returns at once, and may be called
+// again. Stopped early, f is not called again.
+func TestEvery_CallsUntilFalseOrStop(t *testing.T) {
+	calls := make(chan int, 10)
+	n := 0
+	stop := Every(5*time.Millisecond, func() bool {
+		n++
+		calls <- n
+		return n < 3
+	})
+	for want := 1; want <= 3; want++ {
+		select {
+		case got := <-calls:
+			if got != want {
+				t.Fatalf("call %d, want %d", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("call %d never came", want)
+		}
+	}
+	stop()
+	stop()
+	if len(calls) != 0 {
+		t.Fatalf("f ran after it returned false")
+	}
+
+	ran := make(chan struct{}, 100)
+	stop = Every(time.Hour, func() bool { ran <- struct{}{}; return true })
+	<-ran
+	stop()
+	if len(ran) != 0 {
+		t.Fatal("f ran again after stop")
+	}
+}
