@@ -105,6 +105,12 @@ type tappedConn struct {
 	outMu sync.Mutex
 	out   frames
 
+	rdMu    sync.Mutex // Read's buffer
+	rbufMem []byte     // readBufSize bytes, once the first read needs it
+	rbuf    []byte     // the bytes of rbufMem the last read of the connection returned
+	rd      int        // rbuf[:rd] has been returned
+	rerr    error      // the error that came with rbuf, returned after it
+
 	inMu    sync.Mutex
 	in      frames
 	session int64
@@ -130,14 +136,62 @@ func (c *tappedConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// readBufSize is the read buffer of each connection: a few replies and
+// events, or the head of a large children list.
+const readBufSize = 16 << 10
+
+// Read serves go-zookeeper's reads from a buffer that one read of the
+// connection fills. go-zookeeper reads each frame in two calls (its 4-byte
+// length, then its payload), each a system call on a bare connection; from
+// the buffer, a frame that arrived whole, and the frames that arrived
+// with it, cost one. A read larger than the buffer (the rest of a long
+// children list) goes to the connection directly once the buffer is
+// drained. The buffer never holds bytes back: Read returns what it has
+// before it reads the connection again, so a deadline set for the next
+// read applies exactly as on the bare connection (only that a frame
+// already received is returned without waiting). go-zookeeper reads from
+// one goroutine at a time (the connect, then its receive loop); rdMu
+// makes a misuse wait rather than corrupt the buffer.
 func (c *tappedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	c.rdMu.Lock()
+	defer c.rdMu.Unlock()
+	if c.rd == len(c.rbuf) {
+		if c.rerr != nil {
+			err := c.rerr
+			c.rerr = nil
+			return 0, err
+		}
+		if len(b) >= readBufSize {
+			n, err := c.Conn.Read(b)
+			c.fed(b[:n])
+			return n, err
+		}
+		if c.rbufMem == nil {
+			c.rbufMem = make([]byte, readBufSize)
+		}
+		n, err := c.Conn.Read(c.rbufMem)
+		c.fed(c.rbufMem[:n])
+		c.rbuf, c.rd = c.rbufMem[:n], 0
+		if n == 0 {
+			return 0, err
+		}
+		c.rerr = err // returned once the bytes read with it are
+	}
+	n := copy(b, c.rbuf[c.rd:])
+	c.rd += n
+	return n, nil
+}
+
+// fed follows the bytes read from the connection.
+func (c *tappedConn) fed(b []byte) {
+	if len(b) > 0 {
 		c.inMu.Lock()
-		c.in.feed(b[:n], c.reply)
+		c.in.feed(b, c.reply)
 		c.inMu.Unlock()
 	}
-	return n, err
 }
 
 const (
