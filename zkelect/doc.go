@@ -31,6 +31,15 @@
 //     is the current session (apache/curator CURATOR-696 gave two leaders
 //     without such a check). A waiter does not watch its own node: a waiter
 //     whose node was deleted learns it at its next wake-up.
+//   - A candidate that queues again knows its predecessor without reading
+//     the queue when its session's last read of it proves which node that
+//     is: its new node's sequence is one above the highest that read
+//     showed, or two above when the node between is the requeue of the
+//     holder whose delete woke it (a session's uuids on a key form a
+//     chain, each the SHA-256 of the one before, so that node's name is
+//     known). It watches that node at once; a guess that names no node is
+//     followed by a read. No read is skipped before a waiter is told it
+//     leads.
 //   - The leader watches its own node from 10 ms into its term, and is
 //     demoted when the node is deleted, or when another client changes its
 //     data (zkfence, which checks the node's version, refuses the leader's

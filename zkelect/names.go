@@ -117,11 +117,28 @@ func compareContenders(a, b contender) int {
 // is "" when none is). found is false when own is not a contender among
 // children.
 func position(children []string, own string) (ahead int, pred contender, found bool) {
+	ahead, pred, found, _ = scan(children, own)
+	return ahead, pred, found
+}
+
+// tail is what one read of a key's children shows of the queue's end, for
+// the reader's next create under that key (see predict): the highest
+// sequence among the contenders, and the highest contender other than the
+// reader's own node.
+type tail struct {
+	max    int64     // the highest sequence of the read's contenders, own node included
+	other  contender // the highest contender but own ("" when none)
+	others int       // the contenders but own
+}
+
+// scan is position, and the read's tail, in the same pass.
+func scan(children []string, own string) (ahead int, pred contender, found bool, t tail) {
 	seq, ok := parseSeq(own)
 	if !ok {
-		return 0, contender{}, false
+		return 0, contender{}, false, tail{}
 	}
 	me := contender{name: own, seq: seq}
+	t.max = seq
 	for _, c := range children {
 		if c == own {
 			found = true
@@ -131,14 +148,22 @@ func position(children []string, own string) (ahead int, pred contender, found b
 		if !ok {
 			continue
 		}
-		if o := (contender{name: c, seq: s}); compareContenders(o, me) < 0 {
+		o := contender{name: c, seq: s}
+		t.others++
+		if s > t.max {
+			t.max = s
+		}
+		if t.other.name == "" || compareContenders(o, t.other) > 0 {
+			t.other = o
+		}
+		if compareContenders(o, me) < 0 {
 			ahead++
 			if pred.name == "" || compareContenders(o, pred) > 0 {
 				pred = o
 			}
 		}
 	}
-	return ahead, pred, found
+	return ahead, pred, found, t
 }
 
 // guidOf returns the uuid of a protected node name "_c_<uuid>-lock-…", or

@@ -3,6 +3,7 @@ package zkelect
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,6 +22,21 @@ func newGUID() (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
+	return formatGUID(b), nil
+}
+
+// nextGUID is the guid a session's next campaign on a key takes after one
+// with guid g: the first 16 bytes of g's SHA-256, shaped as newGUID's. Any
+// client that saw a node of g can name its successor (see predict); the
+// chain starts from newGUID's random one in each session, so its guids are
+// as unique as random ones.
+func nextGUID(g string) string {
+	sum := sha256.Sum256([]byte(g))
+	return formatGUID([16]byte(sum[:16]))
+}
+
+// formatGUID shapes b as a version 4 UUID, as Curator's UUID.randomUUID.
+func formatGUID(b [16]byte) string {
 	b[6] = b[6]&0x0f | 0x40 // version 4, as Curator's UUID.randomUUID
 	b[8] = b[8]&0x3f | 0x80
 	// 8-4-4-4-12 hex digits, without fmt (a campaign's path to its create).
@@ -31,7 +47,7 @@ func newGUID() (string, error) {
 	hex.Encode(out[19:23], b[8:10])
 	hex.Encode(out[24:36], b[10:16])
 	out[8], out[13], out[18], out[23] = '-', '-', '-', '-'
-	return string(out[:]), nil
+	return string(out[:])
 }
 
 // ensureParents creates key and its missing ancestors as container nodes.
@@ -197,7 +213,7 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		}
 		s.forget(prev)
 	}
-	guid, err := newGUID()
+	guid, err := s.nextGUID(key)
 	if err != nil {
 		return election.Ticket{}, err
 	}
@@ -300,9 +316,13 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 			}
 			return c
 		}
+		var predicted contender
 		if n, tapped := s.b.tap.take(p); tapped {
 			czxid, owner = n.zxid, n.session
-			if owner == s.id {
+			var known bool
+			if predicted, known = s.predict(key, path.Base(p)); !known && owner == s.id {
+				// No prediction (a node of another session is refused below):
+				// read the queue.
 				prefetched = readChildren()
 				if err := ctx.Err(); err != nil {
 					// Given up before it could return: the node must go,
@@ -362,6 +382,9 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		}
 		if prefetched != nil {
 			s.prefetched[p] = prefetched
+		}
+		if predicted.name != "" {
+			s.predicted[p] = predicted
 		}
 		if unknown {
 			// An earlier create of this guid whose reply was lost may
@@ -428,11 +451,128 @@ func (s *session) queue(ctx context.Context, t election.Ticket, read *[]string) 
 			return -1, contender{}, translate("children of "+t.Key, err)
 		}
 	}
-	ahead, pred, found := position(children, path.Base(t.Name))
+	ahead, pred, found, tl := scan(children, path.Base(t.Name))
 	if !found {
 		return -1, contender{}, nil
 	}
+	s.updateKey(t.Key, func(k *keyState) { k.tail, k.read, k.woke = tl, true, "" })
 	return ahead, pred, nil
+}
+
+// keyState is what a session knows of one key's queue, for predict.
+type keyState struct {
+	tail tail   // what the session's last read of the key's children showed
+	read bool   // tail is set
+	woke string // the contender whose deletion woke the waiter that made that read, when it showed the waiter first
+	guid string // the guid of the session's last campaign on the key
+}
+
+// maxKeys bounds the keys a session keeps a keyState of: a session that
+// campaigns on more keys forgets them all (its next create on each reads
+// the queue, and takes a random guid).
+const maxKeys = 64
+
+// updateKey applies f to key's keyState.
+func (s *session) updateKey(key string, f func(*keyState)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.keys[key]
+	if !ok && len(s.keys) >= maxKeys {
+		clear(s.keys)
+	}
+	f(&k)
+	s.keys[key] = k
+}
+
+// nextGUID returns the guid of the session's next campaign on key: the one
+// after its last (nextGUID), or a random one for its first.
+func (s *session) nextGUID(key string) (string, error) {
+	s.mu.Lock()
+	last := s.keys[key].guid
+	s.mu.Unlock()
+	g := ""
+	if last != "" {
+		g = nextGUID(last)
+	} else {
+		var err error
+		if g, err = newGUID(); err != nil {
+			return "", err
+		}
+	}
+	s.updateKey(key, func(k *keyState) { k.guid = g })
+	return g, nil
+}
+
+// predict returns, without reading the queue, the contender right before
+// name, a node this session has just created under key, when the
+// session's last read of key's children shows which one that is.
+//
+// ZooKeeper numbers the sequential nodes of a parent from one counter,
+// which every create of a child moves on by one, in the order the creates
+// commit. If name's sequence is one above the highest of that read, no
+// child was created between the node that had it and name: every node
+// ahead of name that still exists was created before that read, so is in
+// it. Those nodes, less the ones deleted since, are the queue ahead of
+// name. The read's own node is not among them: its reader has deleted it
+// (Dequeue forgets a node only once it is gone; while it is not, Enqueue
+// returns it instead of creating another). So the highest of the others,
+// if it still exists, is name's predecessor; WaitHead watches it at once,
+// and reads the queue only when it is gone, as after any wake-up. The read
+// saved is one request per requeue (and, at 1,000 contenders, a reply of
+// 1,000 names).
+//
+// A prediction never elects: a node is first only when a read made after
+// it was created shows it first. A wrong one (not possible by the above)
+// would cost a wake-up at the wrong node's deletion, not a second leader.
+func (s *session) predict(key, name string) (contender, bool) {
+	seq, ok := parseSeq(name)
+	if !ok {
+		return contender{}, false
+	}
+	s.mu.Lock()
+	k := s.keys[key]
+	s.mu.Unlock()
+	t := k.tail
+	switch {
+	case !k.read:
+	case seq == t.max+1 && t.others >= minPredictOthers:
+		return t.other, true
+	case seq == t.max+2 && t.others >= minPredictOthers-1 && k.woke != "" && t.max+1 < 1<<31:
+		// One child was created between: mostly the node that woke the
+		// reader, queued again by its session after its release, while
+		// the reader read the queue. If that session is tenure's, the
+		// node's guid follows the one before (nextGUID) and its name is
+		// known. It is the predecessor if it exists (no other node holds
+		// that sequence); if not, WaitHead reads the queue.
+		g := guidOf(k.woke)
+		if g == "" {
+			break
+		}
+		seq := t.max + 1
+		return contender{name: protectedPrefix + nextGUID(g) + lockMarker + formatSeq(seq), seq: seq}, true
+	}
+	return contender{}, false
+}
+
+// formatSeq prints a sequence as ZooKeeper does ("%010d" of an int32).
+func formatSeq(seq int64) string { return fmt.Sprintf("%010d", int32(seq)) }
+
+// minPredictOthers is the fewest other contenders a read must show for
+// predict to answer. With one other (two contenders), that other is the
+// holder when the read is a new leader's, and mostly gone by the time the
+// creator's watch of it arrives: a read right after the create then shows
+// the node first one round trip sooner than the watch's failure and a
+// read after it.
+const minPredictOthers = 2
+
+// takePredicted returns and forgets the predecessor Enqueue predicted for
+// the node at p.
+func (s *session) takePredicted(p string) (contender, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.predicted[p]
+	delete(s.predicted, p)
+	return c, ok
 }
 
 // lost explains why t's node is gone or not ours.
@@ -457,6 +597,7 @@ func (s *session) forget(p string) {
 	delete(s.nodes, p)
 	delete(s.parked, p)
 	delete(s.prefetched, p)
+	delete(s.predicted, p)
 	guid, unsure := s.unsure[p]
 	delete(s.unsure, p)
 	s.mu.Unlock()
@@ -544,6 +685,7 @@ func (s *session) WaitHead(ctx context.Context, t election.Ticket) (election.Tic
 func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	ownCh := s.takeWatch(t.Name) // when Enqueue read the node with a watch
 	var read *[]string           // the queue read made by the last wake-up
+	woke := ""                   // the predecessor whose watch fired last
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -551,7 +693,16 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if !s.alive() {
 			return s.lost(t)
 		}
-		i, before, err := s.queue(ctx, t, read)
+		var (
+			i      int
+			before contender
+			err    error
+		)
+		if pred, ok := s.takePredicted(t.Name); ok && read == nil {
+			i, before = 1, pred // Enqueue knew it without a read (predict)
+		} else {
+			i, before, err = s.queue(ctx, t, read)
+		}
 		read = nil
 		if err != nil {
 			if errors.Is(err, tenure.ErrInvalidConfig) {
@@ -575,6 +726,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 				return s.lost(t)
 			}
 			s.parkWatch(t.Name, ownCh)
+			if woke != "" {
+				s.updateKey(t.Key, func(k *keyState) { k.woke = woke })
+			}
 			return nil
 		}
 		pred := path.Join(t.Key, before.name)
@@ -662,6 +816,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		default:
 			s.b.watchEvents.Add(1)
 			read = &w.children
+			woke = before.name
 		}
 	}
 }

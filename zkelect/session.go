@@ -37,7 +37,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	if err != nil {
 		return nil, translate("session", err)
 	}
-	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), closed: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}, unsure: map[string]string{}}
+	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), closed: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}, predicted: map[string]contender{}, keys: map[string]keyState{}, unsure: map[string]string{}}
 	s.Init()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	var g election.Renewal
@@ -135,8 +135,10 @@ type session struct {
 	nodes  map[string]uint64          // path → czxid of the nodes this session created and holds
 	parked map[string]<-chan zk.Event // path → a watch on that node, handed from call to call
 
-	prefetched map[string][]string // node path → its key's children, read just after it was created
-	unsure     map[string]string   // node path → its guid, when a create of that guid lost its reply
+	prefetched map[string][]string  // node path → its key's children, read just after it was created
+	predicted  map[string]contender // node path → the contender right before it, known without a read (predict)
+	keys       map[string]keyState  // key → what predict knows of its queue
+	unsure     map[string]string    // node path → its guid, when a create of that guid lost its reply
 }
 
 func (s *session) Granted() election.Renewal { return s.granted }
