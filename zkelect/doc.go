@@ -34,8 +34,9 @@
 //   - A candidate that queues again knows its predecessor without reading
 //     the queue when its session's last read of it proves which node that
 //     is: its new node's sequence is one above the highest that read
-//     showed, or two above when the node between is the requeue of the
-//     holder whose delete woke it (a session's uuids on a key form a
+//     showed (and the read held two other contenders or more), or two
+//     above when the node between is the requeue of the holder whose
+//     delete woke it (a session's uuids on a key form a
 //     chain, each the SHA-256 of the one before, so that node's name is
 //     known). It watches that node at once; a guess that names no node is
 //     followed by a read. No read is skipped before a waiter is told it

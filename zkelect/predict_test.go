@@ -212,3 +212,43 @@ func TestPredict_RequeuedPredecessorByItsGUID(t *testing.T) {
 		})
 	}
 }
+
+// TestPredict_PredecessorGoneBeforeTheWatch: the predicted predecessor (D,
+// the last of the read) left before the requeued node's watch reached it:
+// the waiter finds it gone, reads the queue once, and waits on C, the
+// predecessor that read shows.
+func TestPredict_PredecessorGoneBeforeTheWatch(t *testing.T) {
+	key := electiontest.Key(t)
+	ss := map[string]*predictSession{}
+	tks := map[string]election.Ticket{}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		ss[id] = newPredictSession(t)
+		tks[id] = ss[id].enqueue(t, key, id)
+	}
+	a := ss["a"]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	headWithin(t, a.waitHeadAsync(ctx, tks["a"]), "a queued first")
+	if n, err := a.Ahead(ctx, tks["a"]); err != nil || n != 0 {
+		t.Fatalf("Ahead(a) = %d, %v; want 0", n, err)
+	}
+	a.dequeue(t, tks["a"])
+	ss["d"].dequeue(t, tks["d"])
+	before := a.reads.Load()
+	a2 := a.enqueue(t, key, "a")
+	if got := a.reads.Load() - before; got != 0 {
+		t.Fatalf("a's second Enqueue read the queue %d times; want none", got)
+	}
+	done := a.waitHeadAsync(ctx, a2)
+	notYet(t, done, 300*time.Millisecond, "b and c are ahead")
+	if got := a.reads.Load() - before; got != 1 {
+		t.Fatalf("a read the queue %d times after finding d gone; want 1", got)
+	}
+	ss["b"].dequeue(t, tks["b"])
+	notYet(t, done, 300*time.Millisecond, "c is ahead")
+	if got := a.reads.Load() - before; got != 1 {
+		t.Fatalf("b leaving made a read the queue; a waits on c alone (%d reads)", got)
+	}
+	ss["c"].dequeue(t, tks["c"])
+	headWithin(t, done, "c left")
+}

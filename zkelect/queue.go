@@ -487,19 +487,21 @@ func (s *session) updateKey(key string, f func(*keyState)) {
 // nextGUID returns the guid of the session's next campaign on key: the one
 // after its last (nextGUID), or a random one for its first.
 func (s *session) nextGUID(key string) (string, error) {
-	s.mu.Lock()
-	last := s.keys[key].guid
-	s.mu.Unlock()
-	g := ""
-	if last != "" {
-		g = nextGUID(last)
-	} else {
-		var err error
-		if g, err = newGUID(); err != nil {
-			return "", err
-		}
+	fresh, err := newGUID() // outside the lock; used for a key's first campaign
+	if err != nil {
+		return "", err
 	}
-	s.updateKey(key, func(k *keyState) { k.guid = g })
+	g := ""
+	// One hold of s.mu: two Enqueues of one session on one key (which the
+	// elector never makes, but the Session allows) get different guids.
+	s.updateKey(key, func(k *keyState) {
+		if k.guid != "" {
+			g = nextGUID(k.guid)
+		} else {
+			g = fresh
+		}
+		k.guid = g
+	})
 	return g, nil
 }
 
@@ -515,11 +517,20 @@ func (s *session) nextGUID(key string) (string, error) {
 // it. Those nodes, less the ones deleted since, are the queue ahead of
 // name. The read's own node is not among them: its reader has deleted it
 // (Dequeue forgets a node only once it is gone; while it is not, Enqueue
-// returns it instead of creating another). So the highest of the others,
-// if it still exists, is name's predecessor; WaitHead watches it at once,
-// and reads the queue only when it is gone, as after any wake-up. The read
-// saved is one request per requeue (and, at 1,000 contenders, a reply of
-// 1,000 names).
+// returns it instead of creating another), or, when WatchLoss forgot it
+// for a change of its data and deletes it in the background, it led, so
+// it is the lowest of that read and below the others. So the highest of
+// the others, if it still exists, is name's predecessor; WaitHead watches
+// it at once, and reads the queue only when it is gone, as after any
+// wake-up. The read saved is one request per requeue (and, at 1,000
+// contenders, a reply of 1,000 names).
+//
+// The one case the counter cannot see: the key's node (a container)
+// deleted once empty and made again, which restarts it, and a client that
+// names its nodes the same from one incarnation to the next (kazoo keeps
+// one prefix per Lock) whose node lands on the same sequence as before.
+// The node watched may then stand further ahead than the predecessor: a
+// wake-up too early, answered by a read, never a second leader.
 //
 // A prediction never elects: a node is first only when a read made after
 // it was created shows it first. A wrong one (not possible by the above)
@@ -537,7 +548,7 @@ func (s *session) predict(key, name string) (contender, bool) {
 	case !k.read:
 	case seq == t.max+1 && t.others >= minPredictOthers:
 		return t.other, true
-	case seq == t.max+2 && t.others >= minPredictOthers-1 && k.woke != "" && t.max+1 < 1<<31:
+	case seq == t.max+2 && t.others >= minPredictOthers-1 && k.woke != "":
 		// One child was created between: mostly the node that woke the
 		// reader, queued again by its session after its release, while
 		// the reader read the queue. If that session is tenure's, the

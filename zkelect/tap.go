@@ -109,7 +109,6 @@ type tappedConn struct {
 	rbufMem []byte     // readBufSize bytes, once the first read needs it
 	rbuf    []byte     // the bytes of rbufMem the last read of the connection returned
 	rd      int        // rbuf[:rd] has been returned
-	rerr    error      // the error that came with rbuf, returned after it
 
 	inMu    sync.Mutex
 	in      frames
@@ -159,11 +158,6 @@ func (c *tappedConn) Read(b []byte) (int, error) {
 	c.rdMu.Lock()
 	defer c.rdMu.Unlock()
 	if c.rd == len(c.rbuf) {
-		if c.rerr != nil {
-			err := c.rerr
-			c.rerr = nil
-			return 0, err
-		}
 		if len(b) >= readBufSize {
 			n, err := c.Conn.Read(b)
 			c.fed(b[:n])
@@ -178,7 +172,10 @@ func (c *tappedConn) Read(b []byte) (int, error) {
 		if n == 0 {
 			return 0, err
 		}
-		c.rerr = err // returned once the bytes read with it are
+		// An error that came with bytes is dropped: a connection's errors
+		// other than a timeout stay (the next read of it returns the same),
+		// and a timeout must not be returned later, under the deadline
+		// go-zookeeper sets for its next frame.
 	}
 	n := copy(b, c.rbuf[c.rd:])
 	c.rd += n
