@@ -105,6 +105,14 @@ func parse(r io.Reader) (*results, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(line, "Benchmark") {
+			// A sub-benchmark that fails or skips before it reports prints
+			// its name, then the "--- FAIL:" or "--- SKIP:" line, on one
+			// line ("BenchmarkX/impl=y/round=2-2 \t--- FAIL: BenchmarkX/...").
+			if _, after, ok := strings.Cut(line, "\t--- "); ok {
+				trimmed = "--- " + strings.TrimSpace(after)
+			}
+		}
 		switch {
 		case strings.HasPrefix(trimmed, "--- "):
 			word, rest, _ := strings.Cut(strings.TrimPrefix(trimmed, "--- "), ": ")

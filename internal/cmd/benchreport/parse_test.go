@@ -2,6 +2,7 @@ package main
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,35 @@ BenchmarkHandoff/impl=tenure/contenders=2-2         	     300	    900000 ns/op	 
 	}
 	if got, want := rep.roundsOf("zookeeper", "tenure", 10, "p50-ms"), fmtNum(0.6)+" / "+fmtNum(0.4)+" / "+fmtNum(0.9); got != want {
 		t.Errorf("roundsOf = %q, want %q (in the order the rounds ran)", got, want)
+	}
+}
+
+// TestParseFailureOnTheNameLine: a sub-benchmark that fails before it
+// reports prints its name and "--- FAIL:" on one line; the result is
+// failed (so the report shows the cell failed, with the message), not the
+// median of its other rounds.
+func TestParseFailureOnTheNameLine(t *testing.T) {
+	out := "BenchmarkZKHandoff/impl=kazoo/contenders=1000/round=1-2 \t     300\t  22405400 ns/op\t        20.48 p50-ms\n" +
+		"BenchmarkZKHandoff/impl=kazoo/contenders=1000/round=2-2 \t--- FAIL: BenchmarkZKHandoff/impl=kazoo/contenders=1000/round=2-2\n" +
+		"    zk_bench_test.go:675: contenders not all queued\n" +
+		"        WARNING:kazoo.client:Session has expired\n" +
+		"BenchmarkZKHandoff/impl=kazoo/contenders=1000/round=3-2 \t     300\t  14681874 ns/op\t        12.51 p50-ms\n"
+	rs, err := parse(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs.lookup("BenchmarkZKHandoff", "kazoo", 1000)
+	if r == nil || !r.failed {
+		t.Fatalf("kazoo at 1000 = %+v, want failed", r)
+	}
+	if !rs.failed {
+		t.Error("the failed round did not fail the run")
+	}
+	if !slices.Contains(r.notes, "contenders not all queued") {
+		t.Errorf("notes %q lack the failure's message", r.notes)
+	}
+	if got := cell(r, "p50-ms"); got != "**failed**" {
+		t.Errorf("the report's cell = %q, want **failed**", got)
 	}
 }
 
