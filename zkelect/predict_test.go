@@ -62,6 +62,15 @@ func (p *predictSession) dequeue(t *testing.T, tk election.Ticket) {
 	}
 }
 
+// wantReads fails the test unless p has read the queue want times since
+// the count was before.
+func (p *predictSession) wantReads(t *testing.T, before, want int64, what string) {
+	t.Helper()
+	if got := p.reads.Load() - before; got != want {
+		t.Fatalf("%s: %d reads of the queue, want %d", what, got, want)
+	}
+}
+
 // waitHeadAsync starts WaitHead on tk and returns where its outcome arrives.
 func (p *predictSession) waitHeadAsync(ctx context.Context, tk election.Ticket) <-chan error {
 	done := make(chan error, 1)
@@ -94,13 +103,10 @@ func headWithin(t *testing.T, done <-chan error, why string) {
 	}
 }
 
-// TestPredict_RequeueAfterReadSkipsTheRead: a contender that read the
-// queue (A, B, C, D) and leaves it, then queues again with no other create
-// in between, knows its predecessor without reading the queue: D, the last
-// of that read. It waits on D alone: B and C leaving do not make it first,
-// D leaving does (after one read, which shows it first).
-func TestPredict_RequeueAfterReadSkipsTheRead(t *testing.T) {
-	key := electiontest.Key(t)
+// queueFour queues a, b, c and d, in that order, each on its own session,
+// and has a (the head) read the queue with all four in it.
+func queueFour(ctx context.Context, t *testing.T, key string) (map[string]*predictSession, map[string]election.Ticket) {
+	t.Helper()
 	ss := map[string]*predictSession{}
 	tks := map[string]election.Ticket{}
 	for _, id := range []string{"a", "b", "c", "d"} {
@@ -108,36 +114,39 @@ func TestPredict_RequeueAfterReadSkipsTheRead(t *testing.T) {
 		tks[id] = ss[id].enqueue(t, key, id)
 	}
 	a := ss["a"]
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	headWithin(t, a.waitHeadAsync(ctx, tks["a"]), "a queued first")
-	// A read of the queue with all four in it (WaitHead's was made before
-	// the others queued).
+	// WaitHead's read was made before the others queued: read again.
 	if n, err := a.Ahead(ctx, tks["a"]); err != nil || n != 0 {
 		t.Fatalf("Ahead(a) = %d, %v; want 0 (a queued first)", n, err)
 	}
+	return ss, tks
+}
+
+// TestPredict_RequeueAfterReadSkipsTheRead: a contender that read the
+// queue (A, B, C, D) and leaves it, then queues again with no other create
+// in between, knows its predecessor without reading the queue: D, the last
+// of that read. It waits on D alone: B and C leaving do not make it first,
+// D leaving does (after one read, which shows it first).
+func TestPredict_RequeueAfterReadSkipsTheRead(t *testing.T) {
+	key := electiontest.Key(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ss, tks := queueFour(ctx, t, key)
+	a := ss["a"]
 	a.dequeue(t, tks["a"])
 	before := a.reads.Load()
 	a2 := a.enqueue(t, key, "a")
-	if got := a.reads.Load() - before; got != 0 {
-		t.Fatalf("a's second Enqueue read the queue %d times; want none (its last read shows the queue ahead of it)", got)
-	}
+	a.wantReads(t, before, 0, "a's second Enqueue (its last read shows the queue ahead of it)")
 	done := a.waitHeadAsync(ctx, a2)
 	notYet(t, done, 200*time.Millisecond, "b, c and d are ahead")
-	if got := a.reads.Load() - before; got != 0 {
-		t.Fatalf("a's WaitHead read the queue %d times before any wake-up; want none", got)
-	}
+	a.wantReads(t, before, 0, "a's WaitHead, before any wake-up")
 	ss["b"].dequeue(t, tks["b"])
 	ss["c"].dequeue(t, tks["c"])
 	notYet(t, done, 300*time.Millisecond, "d is ahead")
-	if got := a.reads.Load() - before; got != 0 {
-		t.Fatalf("b and c leaving made a read the queue %d times; a watches d alone, want none", got)
-	}
+	a.wantReads(t, before, 0, "b and c leaving (a watches d alone)")
 	ss["d"].dequeue(t, tks["d"])
 	headWithin(t, done, "d, a's predecessor, left")
-	if got := a.reads.Load() - before; got != 1 {
-		t.Fatalf("a read the queue %d times from its second Enqueue to its lead; want 1 (after d's delete)", got)
-	}
+	a.wantReads(t, before, 1, "from a's second Enqueue to its lead (one, after d's delete)")
 }
 
 // TestPredict_RequeuedPredecessorByItsGUID: the leader H, woken by P's
@@ -180,23 +189,17 @@ func TestPredict_RequeuedPredecessorByItsGUID(t *testing.T) {
 			h.dequeue(t, th)
 			before := h.reads.Load()
 			th2 := h.enqueue(t, key, "h")
-			if got := h.reads.Load() - before; got != 0 {
-				t.Fatalf("h's second Enqueue read the queue %d times; want none", got)
-			}
+			h.wantReads(t, before, 0, "h's second Enqueue")
 			done := h.waitHeadAsync(ctx, th2)
 			notYet(t, done, 200*time.Millisecond, "w and "+path.Base(p2)+" are ahead")
 			wantReads := int64(0)
 			if foreign {
 				wantReads = 1 // the predicted node does not exist: read, then wait on p2
 			}
-			if got := h.reads.Load() - before; got != wantReads {
-				t.Fatalf("h read the queue %d times before any wake-up; want %d", got, wantReads)
-			}
+			h.wantReads(t, before, wantReads, "h's WaitHead, before any wake-up")
 			w.dequeue(t, tw)
 			notYet(t, done, 300*time.Millisecond, path.Base(p2)+" is ahead")
-			if got := h.reads.Load() - before; got != wantReads {
-				t.Fatalf("w leaving made h read the queue (%d reads); h waits on %s alone", got-wantReads, path.Base(p2))
-			}
+			h.wantReads(t, before, wantReads, "w leaving (h waits on "+path.Base(p2)+" alone)")
 			if foreign {
 				raw := rawConn(t, "", "")
 				if err := raw.Delete(p2, -1); err != nil {
@@ -219,36 +222,21 @@ func TestPredict_RequeuedPredecessorByItsGUID(t *testing.T) {
 // predecessor that read shows.
 func TestPredict_PredecessorGoneBeforeTheWatch(t *testing.T) {
 	key := electiontest.Key(t)
-	ss := map[string]*predictSession{}
-	tks := map[string]election.Ticket{}
-	for _, id := range []string{"a", "b", "c", "d"} {
-		ss[id] = newPredictSession(t)
-		tks[id] = ss[id].enqueue(t, key, id)
-	}
-	a := ss["a"]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	headWithin(t, a.waitHeadAsync(ctx, tks["a"]), "a queued first")
-	if n, err := a.Ahead(ctx, tks["a"]); err != nil || n != 0 {
-		t.Fatalf("Ahead(a) = %d, %v; want 0", n, err)
-	}
+	ss, tks := queueFour(ctx, t, key)
+	a := ss["a"]
 	a.dequeue(t, tks["a"])
 	ss["d"].dequeue(t, tks["d"])
 	before := a.reads.Load()
 	a2 := a.enqueue(t, key, "a")
-	if got := a.reads.Load() - before; got != 0 {
-		t.Fatalf("a's second Enqueue read the queue %d times; want none", got)
-	}
+	a.wantReads(t, before, 0, "a's second Enqueue")
 	done := a.waitHeadAsync(ctx, a2)
 	notYet(t, done, 300*time.Millisecond, "b and c are ahead")
-	if got := a.reads.Load() - before; got != 1 {
-		t.Fatalf("a read the queue %d times after finding d gone; want 1", got)
-	}
+	a.wantReads(t, before, 1, "a finding d gone")
 	ss["b"].dequeue(t, tks["b"])
 	notYet(t, done, 300*time.Millisecond, "c is ahead")
-	if got := a.reads.Load() - before; got != 1 {
-		t.Fatalf("b leaving made a read the queue; a waits on c alone (%d reads)", got)
-	}
+	a.wantReads(t, before, 1, "b leaving (a waits on c alone)")
 	ss["c"].dequeue(t, tks["c"])
 	headWithin(t, done, "c left")
 }
