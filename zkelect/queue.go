@@ -533,8 +533,8 @@ func (s *session) nextGUID(key string) (string, error) {
 // wake-up too early, answered by a read, never a second leader.
 //
 // A prediction never elects: a node is first only when a read made after
-// it was created shows it first. A wrong one (not possible by the above)
-// would cost a wake-up at the wrong node's deletion, not a second leader.
+// it was created shows it first. A wrong one (only in the case above)
+// costs a wake-up at the wrong node's deletion, not a second leader.
 func (s *session) predict(key, name string) (contender, bool) {
 	seq, ok := parseSeq(name)
 	if !ok {
