@@ -27,7 +27,9 @@ func (c countingConn) Read(b []byte) (int, error) {
 // length, then its payload); the tap's buffer serves both from one read of
 // the socket. 200 sequential requests, each answered by one frame, must
 // take well under two reads each (a bare connection takes two, or more when
-// a frame arrives in pieces).
+// a frame arrives in pieces); a reply may share its read with a frame of
+// the connection's own (a ping's reply), so a few fewer than one each is
+// fine.
 func TestTap_OneReadPerReply(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,7 +59,11 @@ func TestTap_OneReadPerReply(t *testing.T) {
 	if got > n*5/4 {
 		t.Fatalf("%d reads of the socket for %d replies: the tap does not buffer them", got, n)
 	}
-	if got < n {
-		t.Fatalf("%d reads of the socket for %d replies, each awaited before the next request: fewer than one each", got, n)
+	// Each reply is awaited before the next request, so only a frame of
+	// the connection's own (a ping's reply, the role read Dial starts) can
+	// share a read with one: the count cannot fall far below one per reply
+	// unless reads go uncounted.
+	if got < n*3/4 {
+		t.Fatalf("%d reads of the socket for %d replies, each awaited before the next request: the count misses reads", got, n)
 	}
 }
