@@ -455,14 +455,13 @@ func (s *session) queue(ctx context.Context, t election.Ticket, read *[]string) 
 	if !found {
 		return -1, contender{}, nil
 	}
-	s.updateKey(t.Key, func(k *keyState) { k.tail, k.read, k.woke = tl, true, "" })
+	s.updateKey(t.Key, func(k *keyState) { k.tail, k.woke = tl, "" })
 	return ahead, pred, nil
 }
 
 // keyState is what a session knows of one key's queue, for predict.
 type keyState struct {
-	tail tail   // what the session's last read of the key's children showed
-	read bool   // tail is set
+	tail tail   // what the session's last read of the key's children showed (zero: none, which predicts nothing)
 	woke string // the contender whose deletion woke the waiter that made that read, when it showed the waiter first
 	guid string // the guid of the session's last campaign on the key
 }
@@ -486,23 +485,18 @@ func (s *session) updateKey(key string, f func(*keyState)) {
 
 // nextGUID returns the guid of the session's next campaign on key: the one
 // after its last (nextGUID), or a random one for its first.
-func (s *session) nextGUID(key string) (string, error) {
-	fresh, err := newGUID() // outside the lock; used for a key's first campaign
-	if err != nil {
-		return "", err
-	}
-	g := ""
+func (s *session) nextGUID(key string) (g string, err error) {
 	// One hold of s.mu: two Enqueues of one session on one key (which the
 	// elector never makes, but the Session allows) get different guids.
 	s.updateKey(key, func(k *keyState) {
 		if k.guid != "" {
-			g = nextGUID(k.guid)
-		} else {
-			g = fresh
+			k.guid = nextGUID(k.guid)
+		} else if k.guid, err = newGUID(); err != nil {
+			return
 		}
-		k.guid = g
+		g = k.guid
 	})
-	return g, nil
+	return g, err
 }
 
 // predict returns, without reading the queue, the contender right before
@@ -545,7 +539,6 @@ func (s *session) predict(key, name string) (contender, bool) {
 	s.mu.Unlock()
 	t := k.tail
 	switch {
-	case !k.read:
 	case seq == t.max+1 && t.others >= minPredictOthers:
 		return t.other, true
 	case seq == t.max+2 && t.others >= minPredictOthers-1 && k.woke != "":
