@@ -169,15 +169,18 @@ func cmdGuard(args []string, stderr io.Writer) int {
 
 // killMarked SIGKILLs every process (but the guard) whose environment, as
 // /proc/PID/environ shows it, holds every entry of marks, and reads /proc
-// again until none is left, or for at most 50 rounds: a process may fork
-// while it reads. It kills nothing when marks is empty, or when /proc is
-// not this pid namespace's. A process that set up its environment anew
-// (env -i) is not found, nor one of another user.
+// again until two reads markedQuiet apart find none left, or for at most
+// 50 rounds: a process may fork while it reads, and one in the middle of
+// an exec (a shell's "exec sleep") shows no environment for that moment.
+// It kills nothing when marks is empty, or when /proc is not this pid
+// namespace's. A process that set up its environment anew (env -i) is not
+// found, nor one of another user.
 func killMarked(marks []string) {
 	if len(marks) == 0 || !procIsOurs() {
 		return
 	}
 	self := os.Getpid()
+	quiet := 0
 	for range 50 {
 		n := 0
 		for _, p := range readProcs() {
@@ -186,12 +189,21 @@ func killMarked(marks []string) {
 				n++
 			}
 		}
-		if n == 0 {
+		if n > 0 {
+			quiet = 0
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if quiet++; quiet == 2 {
 			return
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(markedQuiet)
 	}
 }
+
+// markedQuiet is how long killMarked waits before it reads /proc again to
+// confirm that no marked process is left.
+const markedQuiet = 10 * time.Millisecond
 
 // environHolds reports whether process pid's environment has every entry
 // of marks. False when it cannot be read.
