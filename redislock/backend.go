@@ -96,6 +96,13 @@ type Backend struct {
 // New returns a backend on the given masters: one for a plain Redis lock,
 // several independent ones (not replicas of each other) for Redlock. The
 // caller keeps ownership of the clients; Backend.Close does not close them.
+//
+// With several masters, build the clients with DialerRetries: 1. go-redis
+// (9.x) otherwise makes five attempts, 100 ms apart, at every dial, and
+// until it has failed PoolSize dials to a master that is down, each try
+// that needs that master's answer (every try that finds the key held or
+// split, not one that wins a quorum) waits 400 ms for it. Dial does this
+// by default.
 func New(masters []*redis.Client, opts Options) (*Backend, error) {
 	if len(masters) == 0 {
 		return nil, fmt.Errorf("%w: redislock: no Redis masters", tenure.ErrInvalidConfig)
@@ -123,7 +130,8 @@ func New(masters []*redis.Client, opts Options) (*Backend, error) {
 // Dial connects to the masters at addrs (host:port), one client each, with
 // base's settings (username, password, TLS, timeouts; Addr is replaced;
 // nil means defaults; maintenance notifications are off unless base turns
-// them on), and checks that a quorum answers PING. Close the
+// them on; one dial attempt, not go-redis's five, unless base sets
+// DialerRetries: see New), and checks that a quorum answers PING. Close the
 // backend to close the clients.
 func Dial(ctx context.Context, addrs []string, base *redis.Options, opts Options) (*Backend, error) {
 	if len(addrs) == 0 {
@@ -165,6 +173,12 @@ func Dial(ctx context.Context, addrs []string, base *redis.Options, opts Options
 			// Maintenance notifications are a managed-cloud feature; off,
 			// they cost no handshake per connection and no goroutines.
 			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		}
+		if o.DialerRetries == 0 {
+			// A master that is down answers each dial at once, with a
+			// refusal: four more attempts 100 ms apart only hold up the
+			// tries that wait for it (see New).
+			o.DialerRetries = 1
 		}
 		clients = append(clients, redis.NewClient(o))
 	}

@@ -413,7 +413,9 @@ func TestRedlock_LateGrantWhoseReplyIsLostTakesTheHoldersToken(t *testing.T) {
 // moment. Each takes its near master, finds the other's key on the far
 // one and undoes its share, which wakes the other. Retrying at once, they
 // split the same way again, for as long as the master is down. One must
-// lead within 3 s (the first round includes opening the sessions).
+// lead within 3 s (the first round includes opening the sessions; the
+// clients make one dial attempt, so that each try learns at once that the
+// third master is down: see redislock.New).
 func TestCampaign_SplitVoteWithAMasterDownStillElectsOne(t *testing.T) {
 	ctx := ctxT(t, 120*time.Second)
 	servers, _ := startMasters(t, 3)

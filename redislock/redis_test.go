@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,7 +71,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 }
 
 func client(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaintNotificationsConfig: noMaint()})
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaintNotificationsConfig: noMaint()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -460,6 +462,52 @@ func TestBadInput(t *testing.T) {
 	_, err = redislock.Dial(ctx, []string{dead.Addr()}, &redis.Options{DialTimeout: 300 * time.Millisecond, MaxRetries: -1}, redislock.Options{})
 	if !errors.Is(err, tenure.ErrUnavailable) || !strings.Contains(err.Error(), dead.Addr()) {
 		t.Errorf("Dial(closed port) = %v, want ErrUnavailable naming %s", err, dead.Addr())
+	}
+}
+
+// TestDial_OneDialAttemptUnlessBaseSaysMore: with one master of three
+// down, each read that needs its answer dials it once, not go-redis's
+// default five times 100 ms apart; base's own DialerRetries is kept. The
+// dials are counted by base's Dialer.
+func TestDial_OneDialAttemptUnlessBaseSaysMore(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	servers, _ := startMasters(t, 2)
+	dead, err := redisserver.Start(baseDir+"/"+t.Name()+"-dead", redisserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	addrs := []string{servers[0].Addr(), servers[1].Addr(), dead.Addr()}
+	for _, c := range []struct {
+		retries, want int
+	}{{0, 1}, {3, 3}} {
+		var dials atomic.Int64
+		d := &net.Dialer{Timeout: time.Second}
+		base := &redis.Options{
+			MaxRetries:    -1,
+			DialerRetries: c.retries,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if addr == dead.Addr() {
+					dials.Add(1)
+				}
+				return d.DialContext(ctx, network, addr)
+			},
+		}
+		b, err := redislock.Dial(ctx, addrs, base, redislock.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const reads = 5 // under the pool's PoolSize: go-redis stops dialing a master after that many failed dials
+		for range reads {
+			if _, err := b.Leader(ctx, "dial-count"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Close()
+		// Dial's PING and each read dial the dead master once each.
+		if got, want := dials.Load(), int64((reads+1)*c.want); got != want {
+			t.Errorf("DialerRetries %d: %d dial attempts at the dead master for %d reads and a PING, want %d", c.retries, got, reads, want)
+		}
 	}
 }
 
