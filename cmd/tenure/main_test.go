@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -340,8 +339,6 @@ func nanos(t *testing.T, s string) time.Time {
 	}
 	return time.Unix(0, n)
 }
-
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 func pidIn(t *testing.T, path string) int {
 	pid, err := strconv.Atoi(waitFile(t, path, 15*time.Second))

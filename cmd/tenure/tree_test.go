@@ -20,6 +20,48 @@ func running(pid int) bool {
 	return ok && !p.dead
 }
 
+// TestRunning_AZombieIsNotRunning: running, which mustDie polls, tells a
+// killed process that nobody has reaped yet from a live one, where
+// kill(pid, 0) does not.
+func TestRunning_AZombieIsNotRunning(t *testing.T) {
+	c := exec.Command("sleep", "60")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := c.Process.Pid
+	if !running(pid) {
+		t.Fatal("a sleeping process is not running")
+	}
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped (no Wait yet): a zombie once the kill has landed.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, ok := readProcStat(pid)
+		if !ok {
+			t.Fatal("the killed child left /proc before it was reaped")
+		}
+		if p.dead {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed child is not a zombie 5 s later")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatal("kill(pid, 0) fails on the zombie: the test shows nothing")
+	}
+	if running(pid) {
+		t.Error("running(zombie) = true")
+	}
+	_ = c.Wait()
+	if running(pid) {
+		t.Error("running(reaped) = true")
+	}
+}
+
 // leavesTheGroup is a shell command line that runs script under GNU
 // timeout, which moves itself, and so script, to a process group of its
 // own: a signal to CMD's group misses both. Its output goes nowhere: a
