@@ -102,7 +102,12 @@ type Backend struct {
 // until it has failed PoolSize dials to a master that is down, each try
 // that needs that master's answer (every try that finds the key held or
 // split, not one that wins a quorum) waits 400 ms for it. Dial does this
-// by default.
+// by default. Build them with ContextTimeoutEnabled: true as well: each
+// call to a master is bounded by Options.MasterTimeout through its ctx,
+// and go-redis otherwise sets its socket deadlines from ReadTimeout alone
+// (5 s by default), so that a call to a master that does not answer holds
+// a goroutine and a connection that long after the backend stopped
+// waiting for it. Dial always sets it.
 func New(masters []*redis.Client, opts Options) (*Backend, error) {
 	if len(masters) == 0 {
 		return nil, fmt.Errorf("%w: redislock: no Redis masters", tenure.ErrInvalidConfig)
@@ -131,8 +136,8 @@ func New(masters []*redis.Client, opts Options) (*Backend, error) {
 // base's settings (username, password, TLS, timeouts; Addr is replaced;
 // nil means defaults; maintenance notifications are off unless base turns
 // them on; one dial attempt, not go-redis's five, unless base sets
-// DialerRetries: see New), and checks that a quorum answers PING. Close the
-// backend to close the clients.
+// DialerRetries; ContextTimeoutEnabled: see New), and checks that a quorum
+// answers PING. Close the backend to close the clients.
 func Dial(ctx context.Context, addrs []string, base *redis.Options, opts Options) (*Backend, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("%w: redislock: no Redis endpoints", tenure.ErrInvalidConfig)
@@ -180,6 +185,9 @@ func Dial(ctx context.Context, addrs []string, base *redis.Options, opts Options
 			// tries that wait for it (see New).
 			o.DialerRetries = 1
 		}
+		// Socket deadlines from each call's ctx (fanOut's per-master
+		// bound), not the read timeout alone (see New).
+		o.ContextTimeoutEnabled = true
 		clients = append(clients, redis.NewClient(o))
 	}
 	b, err := New(clients, opts)
@@ -521,9 +529,10 @@ var errNoAnswer = errors.New("no answer in time")
 // (a connection that accepts and never answers) would otherwise hold up
 // the others, and the caller, until the client's read timeout. With per,
 // each call's ctx ends after per, and not before, even when ctx does: a
-// late release still deletes its key, and go-redis sets its socket
-// deadlines from it. late, when not nil, gets the replies of the calls
-// given up on (to close what they hold).
+// late release still deletes its key, and, on a client with
+// ContextTimeoutEnabled (Dial's), go-redis sets its socket deadlines from
+// it (without, from ReadTimeout alone). late, when not nil, gets the
+// replies of the calls given up on (to close what they hold).
 func (b *Backend) fanOut(ctx context.Context, per time.Duration, enough func(reply) bool, late func(reply), f func(ctx context.Context, c *redis.Client) (any, error)) []reply {
 	out := make([]reply, len(b.masters))
 	answered := make([]bool, len(b.masters))

@@ -18,7 +18,7 @@ import (
 	"github.com/tenure-go/tenure/redislock"
 )
 
-// defaultClient is a client with go-redis's own timeouts (a 3 s read
+// defaultClient is a client with go-redis's own timeouts (a 5 s read
 // timeout), as an application would make it.
 func defaultClient(t *testing.T, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, MaintNotificationsConfig: noMaint()})
@@ -30,7 +30,7 @@ func defaultClient(t *testing.T, addr string) *redis.Client {
 // masters must work while one is cut off, its connection accepting and
 // never answering (a partition, not a refused connection). Before each
 // master's answer was bounded, every try and every renewal waited for the
-// cut-off master until the client's read timeout (3 s), longer than the
+// cut-off master until the client's read timeout (5 s), longer than the
 // validity of a 2 s lease: no campaign ever won.
 //
 // A campaign wins, its term survives three TTLs of watchdog renewals, and
@@ -91,7 +91,7 @@ func TestRedlock_OneCutOffMasterDoesNotStopTheLock(t *testing.T) {
 // stops a call blocked on a socket only at its deadline, not when its ctx
 // is cancelled. A wait whose ctx is cancelled while its try waits on a
 // cut-off master must still return at once, not when the client's read
-// timeout (3 s) or the TTL ends the call. (A Campaign then removes its
+// timeout (5 s) or the TTL ends the call. (A Campaign then removes its
 // entry, which on a cut-off master takes up to Config.CleanupTimeout.)
 func TestWaitHead_CancelledWhileTheMasterIsCutOffReturnsAtOnce(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)

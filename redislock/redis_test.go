@@ -511,6 +511,72 @@ func TestDial_OneDialAttemptUnlessBaseSaysMore(t *testing.T) {
 	}
 }
 
+// TestDial_SocketDeadlinesFollowMasterTimeout: Dial's clients take their
+// socket deadlines from each call's ctx, so that a call to a master that
+// does not answer ends at Options.MasterTimeout, as fanOut gives up on it,
+// not at the client's ReadTimeout (5 s by default) with its connection
+// held until then. The read deadlines are recorded by base's Dialer.
+func TestDial_SocketDeadlinesFollowMasterTimeout(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	servers, _ := startMasters(t, 3)
+	var mu sync.Mutex
+	var longest time.Duration // the furthest read deadline set, from when it was set
+	d := &net.Dialer{Timeout: time.Second}
+	base := &redis.Options{
+		MaxRetries: -1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return deadlineConn{c, func(at time.Time) {
+				if at.IsZero() {
+					return
+				}
+				mu.Lock()
+				longest = max(longest, time.Until(at))
+				mu.Unlock()
+			}}, nil
+		},
+	}
+	const per = 200 * time.Millisecond
+	b, err := redislock.Dial(ctx, []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}, base, redislock.Options{MasterTimeout: per})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	mu.Lock()
+	longest = 0 // Dial's PING is bounded by ctx
+	mu.Unlock()
+	for range 5 {
+		if _, err := b.Leader(ctx, "deadline"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	got := longest
+	mu.Unlock()
+	if got <= 0 || got > per {
+		t.Fatalf("the furthest read deadline of a Leader read was %v after it was set, want within MasterTimeout %v (ReadTimeout is 5 s)", got, per)
+	}
+}
+
+// deadlineConn tells read of every read deadline set on its conn.
+type deadlineConn struct {
+	net.Conn
+	read func(time.Time)
+}
+
+func (c deadlineConn) SetReadDeadline(at time.Time) error {
+	c.read(at)
+	return c.Conn.SetReadDeadline(at)
+}
+
+func (c deadlineConn) SetDeadline(at time.Time) error {
+	c.read(at)
+	return c.Conn.SetDeadline(at)
+}
+
 // TestAuth: a server with requirepass refuses a client without the
 // password (a clear error, nothing written) and serves one with it.
 func TestAuth(t *testing.T) {
