@@ -45,7 +45,11 @@ func WithHandoverRecords(minQueue int) Option {
 	return func(b *Backend) { b.handover = int64(max(minQueue, 0)) }
 }
 
-// New returns a Backend on cli.
+// New returns a Backend on cli. Give cli gRPC keepalive pings
+// (clientv3.Config's DialKeepAliveTime, 10 s, and DialKeepAliveTimeout):
+// without them, a connection to an endpoint that went silent (a dropped
+// route: no reset) is never found dead, and a waiter whose watches run on
+// it never hears its predecessor go (see docs/etcd.md).
 func New(cli *clientv3.Client, opts ...Option) *Backend {
 	b := &Backend{cli: cli, handover: defaultHandoverQueue}
 	for _, o := range opts {

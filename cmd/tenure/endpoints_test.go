@@ -124,6 +124,56 @@ func TestLeader_ASilentFirstEndpointDoesNotHideTheOthers(t *testing.T) {
 	}
 }
 
+// TestExec_ASilentEndpointDoesNotStrandTheWaiter: a waiter's client
+// reaches etcd through two endpoints, and the one its watches run on goes
+// silent (a dropped route: no reset, no answer). etcd's client sends a
+// connection's watches on one gRPC stream, and without keepalive pings it
+// never finds such a connection dead: the waiter never heard its
+// predecessor go (not started 30 s after the release, before). With
+// tenure's keepalive (10 s, then 3 s for the answer)
+// the connection is closed, the watches resume on the other endpoint, and
+// the waiter starts.
+func TestExec_ASilentEndpointDoesNotStrandTheWaiter(t *testing.T) {
+	v := env{"etcd", endpoint}
+	key, dir := v.key(t), dirT(t)
+	release := path(dir, "release")
+	h := start(t, append(append([]string{"exec"}, v.flags("")...), "--key", key, "--", "sh", "-c", `while [ ! -e `+release+` ]; do sleep 0.01; done`)...)
+	v.waitQueued(t, key, 1)
+	// The second endpoint refuses at first, so that the waiter's client
+	// queues and watches through the first.
+	first, second := newProxy(t, endpoint), newProxy(t, endpoint)
+	second.Refuse()
+	w := start(t, append(append([]string{"exec"}, v.flags(first.Addr()+","+second.Addr())...), "--key", key, "--ttl", "10s", "--", "sh", "-c", `date +%s%N > `+path(dir, "w-start"))...)
+	v.waitQueued(t, key, 2)
+	if err := second.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second) // the client's next connection attempt reaches the second
+	first.Blackhole()
+	time.Sleep(time.Second)
+	released := time.Now()
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := h.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("the holder exited %d; stderr: %s", code, h.stderr)
+	}
+	for {
+		if _, err := os.Stat(path(dir, "w-start")); err == nil {
+			break
+		}
+		if time.Since(released) > 30*time.Second {
+			t.Fatalf("the waiter's command has not started 30 s after the holder released; stderr: %s", w.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(released)
+	if code := w.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("the waiter exited %d; stderr: %s", code, w.stderr)
+	}
+	t.Logf("the waiter started %v after the release, its first endpoint silent since 1 s before it", took.Round(time.Millisecond))
+}
+
 // TestEndpoints_MalformedAreRefusedAtOnce: an endpoint whose port is not a
 // number from 1 to 65535, or whose host holds a space, is refused before
 // anything is dialled (exit 2), not after a --dial-timeout spent trying.

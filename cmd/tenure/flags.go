@@ -302,7 +302,14 @@ func (c *common) connect(ctx context.Context) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := clientv3.Config{Endpoints: eps, DialTimeout: c.dialTimeout, Logger: zap.NewNop()}
+	cfg := clientv3.Config{
+		Endpoints: eps, DialTimeout: c.dialTimeout, Logger: zap.NewNop(),
+		// A connection to a member that went silent (a dropped route, a
+		// powered-off host: no reset) is otherwise never found dead: a
+		// waiter whose watch runs on it never hears its predecessor go,
+		// while the other endpoints answer (see docs/etcd.md).
+		DialKeepAliveTime: etcdKeepAliveTime, DialKeepAliveTimeout: etcdKeepAliveTimeout,
+	}
 	if err := c.sec.etcd(&cfg); err != nil {
 		return nil, err
 	}
@@ -430,3 +437,13 @@ func envHint(fs *flag.FlagSet, err error) error {
 func envName(f *flag.Flag) string {
 	return "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 }
+
+// etcdKeepAliveTime and etcdKeepAliveTimeout are the etcd client's gRPC
+// keepalive: a ping after this long without a frame on a connection with
+// streams (grpc-go's least), and the wait for its answer before the
+// connection is closed and its streams move to another endpoint. etcd
+// refuses pings more often than every 5 s (--grpc-keepalive-min-time).
+const (
+	etcdKeepAliveTime    = 10 * time.Second
+	etcdKeepAliveTimeout = 3 * time.Second
+)

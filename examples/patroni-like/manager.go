@@ -88,6 +88,11 @@ func NewManager(cfg Config, log *zap.Logger) (*Manager, error) {
 		Endpoints:   cfg.DCS.Endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
+		// A member that goes silent (no reset) is found dead only by
+		// pings: without them a standby whose watches ran on it would
+		// never see the primary's key go (docs/etcd.md).
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
