@@ -129,8 +129,10 @@ func TestLeader_ASilentFirstEndpointDoesNotHideTheOthers(t *testing.T) {
 // silent (a dropped route: no reset, no answer). etcd's client sends a
 // connection's watches on one gRPC stream, and without keepalive pings it
 // never finds such a connection dead: the waiter never heard its
-// predecessor go (not started 30 s after the release, before). With
-// tenure's keepalive (10 s, then 3 s for the answer)
+// predecessor go (not started 30 s after the release, before; etcdelect's
+// own handling of a silent stream now starts it, but its release then
+// waits on that connection). With tenure's keepalive (10 s, then 3 s for
+// the answer)
 // the connection is closed, the watches resume on the other endpoint, and
 // the waiter starts.
 func TestExec_ASilentEndpointDoesNotStrandTheWaiter(t *testing.T) {
@@ -148,7 +150,14 @@ func TestExec_ASilentEndpointDoesNotStrandTheWaiter(t *testing.T) {
 	if err := second.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * time.Second) // the client's next connection attempt reaches the second
+	// The client's next connection attempt (gRPC backs off between them)
+	// reaches the second.
+	for deadline := time.Now().Add(60 * time.Second); second.Accepted() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter's client did not connect to the second endpoint in 60 s")
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the connection's handshake
 	first.Blackhole()
 	time.Sleep(time.Second)
 	released := time.Now()

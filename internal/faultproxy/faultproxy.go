@@ -25,6 +25,7 @@ type Proxy struct {
 	conns      map[net.Conn]struct{}
 	closed     bool
 	wg         sync.WaitGroup
+	accepted   int // client connections accepted
 }
 
 // New listens on a free loopback port and forwards to target.
@@ -41,6 +42,14 @@ func New(target string) (*Proxy, error) {
 
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.addr }
+
+// Accepted returns how many client connections the proxy has accepted
+// since New: a test can wait for a client to have connected.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
 
 // RetryDial makes the proxy try its target again, every 10 ms for up to
 // d, when a connection to it is refused, before it closes the client's
@@ -206,6 +215,9 @@ func (p *Proxy) accept(ln net.Listener) {
 		if !p.track(c, ln) {
 			continue
 		}
+		p.mu.Lock()
+		p.accepted++
+		p.mu.Unlock()
 		p.wg.Add(1)
 		go p.serve(c)
 	}
