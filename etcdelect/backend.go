@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -29,6 +30,9 @@ const MaxKeyLen = 1024
 type Backend struct {
 	cli      *clientv3.Client
 	handover int64 // WithHandoverRecords' queue length; 0: never
+	// streams numbers the gRPC stream the backend's watches go on
+	// (watchCtx): moved on when one is found silent.
+	streams atomic.Uint64
 }
 
 var _ election.Backend = (*Backend)(nil)
@@ -47,9 +51,11 @@ func WithHandoverRecords(minQueue int) Option {
 
 // New returns a Backend on cli. Give cli gRPC keepalive pings
 // (clientv3.Config's DialKeepAliveTime, 10 s, and DialKeepAliveTimeout):
-// without them, a connection to an endpoint that went silent (a dropped
-// route: no reset) is never found dead, and a waiter whose watches run on
-// it never hears its predecessor go (see docs/etcd.md).
+// without them, the client never finds dead a connection to an endpoint
+// that went silent (a dropped route: no reset). A waiting candidate copes
+// with one (bounded reads, and a new watch stream when its own does not
+// answer), but the client keeps sending every other request there (see
+// docs/etcd.md).
 func New(cli *clientv3.Client, opts ...Option) *Backend {
 	b := &Backend{cli: cli, handover: defaultHandoverQueue}
 	for _, o := range opts {

@@ -270,7 +270,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		}
 		if delRev > 0 && s.handoverOn(size) {
 			// Released by a proven head? Then no read of the queue.
-			own, decided, err := s.readHandover(ctx, t, pred, delRev, minRev)
+			rctx, rcancel := context.WithTimeout(ctx, s.bound())
+			own, decided, err := s.readHandover(rctx, t, pred, delRev, minRev)
+			rcancel()
 			switch {
 			case errors.Is(err, tenure.ErrInvalidConfig):
 				// The role does not cover the record: the queue it is.
@@ -285,11 +287,23 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			// Undecided, or failed: read the queue.
 		}
 		delRev = 0
-		own, p, verified, _, rev, n, err := s.read(ctx, t, false, minRev)
+		type queueRead struct {
+			own, pred *mvccpb.KeyValue
+			verified  bool
+			rev, size int64
+		}
+		q, err := hedged(ctx, s.bound(), func(ctx context.Context) (queueRead, error) {
+			own, p, verified, _, rev, n, err := s.read(ctx, t, false, minRev)
+			return queueRead{own, p, verified, rev, n}, err
+		})
+		own, p, verified, rev, n := q.own, q.pred, q.verified, q.rev, q.size
 		seen = 0
 		if err != nil {
 			if errors.Is(err, tenure.ErrInvalidConfig) {
 				return err
+			}
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				continue // both tries over the bound: at once again
 			}
 			if !pause(ctx) {
 				return ctx.Err()
@@ -316,6 +330,12 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			s.dropOwnWatch(t.Name, ow)
 			s.useOwnWatch(ow, -1)
 			ow = nil
+		case errors.Is(err, errSilentStream):
+			// The own-entry watch most likely shared the stream: make it
+			// anew too, on the next stream.
+			s.dropOwnWatch(t.Name, ow)
+			s.useOwnWatch(ow, -1)
+			ow = nil
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
 		}
@@ -323,8 +343,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 }
 
 var (
-	errOwnGone  = errors.New("own entry deleted")
-	errOwnWatch = errors.New("own watch failed")
+	errOwnGone      = errors.New("own entry deleted")
+	errOwnWatch     = errors.New("own watch failed")
+	errSilentStream = errors.New("the predecessor's watch stream did not answer a progress request")
 )
 
 // waitDelete waits until pred is deleted. The watch starts at the current
@@ -341,14 +362,13 @@ var (
 // entry, and the caller re-reads the queue with leases.
 func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred *mvccpb.KeyValue, verified bool, readRev int64, ow *ownWatch) (seen, delRev int64, err error) {
 	armedRev := readRev // a look is due a TTL after pred stood as at this revision
-	pctx, cancel := context.WithCancel(wctx)
-	defer cancel()
-	pch := s.cli.Watch(pctx, string(pred.Key), clientv3.WithCreatedNotify())
-	createdRev, err := awaitCreatedRev(ctx, pch)
+	pw, err := s.startWatch(ctx, wctx, string(pred.Key))
 	if err != nil {
 		pause(ctx)
 		return 0, 0, err
 	}
+	defer pw.cancel()
+	pctx, pch, createdRev, stream := pw.ctx, pw.ch, pw.rev, pw.stream
 	// When nothing was written between the read and the watch's creation,
 	// the predecessor still exists and every change to it is delivered.
 	// Otherwise, re-read it. Its name is "<key>/<its lease>", reused by
@@ -358,7 +378,9 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	// forever.
 	detachedMeanwhile := false
 	if createdRev > readRev {
-		g, err := s.cli.Get(ctx, string(pred.Key))
+		gctx, gcancel := context.WithTimeout(ctx, s.bound())
+		g, err := s.cli.Get(gctx, string(pred.Key))
+		gcancel()
 		if err != nil {
 			pause(ctx)
 			return 0, 0, err
@@ -396,14 +418,51 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	// like an entry, rewritten every few seconds, would otherwise be
 	// looked at never, and the queue would stop behind it).
 	attached, known := !detachedMeanwhile, verified
+	// A renewal unanswered for half its interval may have gone to a
+	// connection that went silent (no reset): the client never finds it
+	// dead without keepalive pings, and a watch on its stream never
+	// delivers. Ask the stream for a progress notice then; none within
+	// the bound, and the wait starts again on another stream.
+	suspect := s.suspicion()
+	var probe <-chan time.Time
+	var pt *time.Timer
+	defer func() {
+		if pt != nil {
+			pt.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return 0, 0, ctx.Err()
+		case <-suspect:
+			suspect = s.suspicion()
+			if probe != nil {
+				continue // one asked already
+			}
+			rctx, rcancel := context.WithTimeout(pctx, s.bound())
+			err := s.cli.RequestProgress(rctx)
+			rcancel()
+			if err != nil {
+				continue
+			}
+			if pt == nil {
+				pt = time.NewTimer(s.bound())
+			} else {
+				pt.Reset(s.bound())
+			}
+			probe = pt.C
+		case <-probe:
+			s.silentStream(stream)
+			return 0, 0, errSilentStream
 		case wr, ok := <-pch:
 			if !ok || wr.Err() != nil {
 				pause(ctx)
 				return 0, 0, errors.New("predecessor watch failed")
+			}
+			if probe != nil { // the stream answers
+				pt.Stop()
+				probe = nil
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
@@ -442,7 +501,9 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			}
 		case <-verify:
 			verify = nil
-			g, err := s.cli.Get(ctx, string(pred.Key))
+			gctx, gcancel := context.WithTimeout(ctx, s.bound())
+			g, err := s.cli.Get(gctx, string(pred.Key))
+			gcancel()
 			if err != nil {
 				pause(ctx)
 				return 0, 0, err
@@ -631,14 +692,12 @@ func (s *session) ownWatch(ctx context.Context, name string) (*ownWatch, error) 
 	if w != nil {
 		return w, nil
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
-	ch := s.cli.Watch(wctx, name, clientv3.WithCreatedNotify())
-	rev, err := awaitCreatedRev(ctx, ch)
+	sw, err := s.startWatch(ctx, clientv3.WithRequireLeader(s.ctx), name)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	w = &ownWatch{ch: ch, cancel: cancel, rev: rev}
+	cancel := sw.cancel
+	w = &ownWatch{ch: sw.ch, cancel: cancel, rev: sw.rev}
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
 	if old := s.owns[name]; old != nil { // created meanwhile by another call
@@ -652,6 +711,110 @@ func (s *session) ownWatch(ctx context.Context, name string) (*ownWatch, error) 
 	w.users = 1
 	s.owns[name] = w
 	return w, nil
+}
+
+// hedged runs f with a ctx that ends after bound, and when it has not
+// returned after a quarter of that (500 ms at most), runs it once more
+// beside it: etcd's client sends each request on its next connection in
+// turn, and a connection that went silent (no reset) would hold every
+// other read until the bound, in step with whatever else the client sends
+// between them. The first success is returned, or the last error, when
+// both failed; the other try is cancelled.
+func hedged[T any](ctx context.Context, bound time.Duration, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	results := make(chan result, 2)
+	try := func() {
+		v, err := f(ctx)
+		results <- result{v, err}
+	}
+	go try()
+	hedge := time.NewTimer(min(bound/4, 500*time.Millisecond))
+	defer hedge.Stop()
+	pending := 1
+	var last result
+	for {
+		select {
+		case <-hedge.C:
+			pending++
+			go try()
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				// The other try, if any, ends with ctx (cancel, deferred)
+				// and sends into the buffer.
+				return r.v, nil
+			}
+			last = r
+			if pending == 0 {
+				hedge.Stop()
+				return last.v, last.err
+			}
+		}
+	}
+}
+
+// startedWatch is a watch startWatch made.
+type startedWatch struct {
+	ctx    context.Context // the watch's: its metadata names its gRPC stream
+	cancel context.CancelFunc
+	ch     clientv3.WatchChan
+	rev    int64  // the store's revision when the server created it
+	stream uint64 // the stream number it went on (watchCtx)
+}
+
+// startWatch watches key, on a ctx made from base, and waits for the
+// server to acknowledge the watch. etcd's client opens a stream's gRPC
+// stream before it takes the stream's first watch, and on a connection
+// that went silent (no reset) neither that nor the acknowledgement ever
+// comes: after s.bound() the watch is cancelled, its stream taken for
+// silent, and the watch made again, at once, on a new stream, which the
+// client's round robin sends on its next connection; up to one try per
+// endpoint. A try ends early when ctx does.
+func (s *session) startWatch(ctx, base context.Context, key string) (startedWatch, error) {
+	tries := min(max(len(s.cli.Endpoints()), 1), 5)
+	for try := 1; ; try++ {
+		n := s.streams.Load()
+		wctx, cancel := context.WithCancel(s.watchCtx(base, n))
+		type started struct {
+			ch  clientv3.WatchChan
+			rev int64
+			err error
+		}
+		done := make(chan started, 1)
+		go func() {
+			ch := s.cli.Watch(wctx, key, clientv3.WithCreatedNotify())
+			rev, err := awaitCreatedRev(wctx, ch)
+			done <- started{ch, rev, err}
+		}()
+		t := time.NewTimer(s.bound())
+		select {
+		case r := <-done:
+			t.Stop()
+			if r.err != nil {
+				cancel()
+				return startedWatch{}, r.err
+			}
+			return startedWatch{ctx: wctx, cancel: cancel, ch: r.ch, rev: r.rev, stream: n}, nil
+		case <-t.C:
+			cancel()
+			<-done
+			s.silentStream(n)
+			if try < tries {
+				continue
+			}
+			return startedWatch{}, fmt.Errorf("%w: etcd watch on %s not acknowledged in %v, on %d streams", tenure.ErrUnavailable, key, s.bound(), tries)
+		case <-ctx.Done():
+			t.Stop()
+			cancel()
+			<-done
+			return startedWatch{}, ctx.Err()
+		}
+	}
 }
 
 // drainOwnWatch reads, without waiting, what the session's watch on name

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/metadata"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -46,7 +49,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 		return nil, fmt.Errorf("%w: etcd granted a %ds lease for the %ds asked: the server's minimum lease TTL is above the TTL", tenure.ErrInvalidConfig, resp.TTL, want)
 	}
 	s := &session{
-		cli: b.cli, id: resp.ID, opts: opts, handover: b.handover,
+		cli: b.cli, id: resp.ID, opts: opts, handover: b.handover, streams: &b.streams,
 		granted:  election.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second},
 		loopDone: make(chan struct{}),
 	}
@@ -89,7 +92,58 @@ type session struct {
 
 	renewMu sync.Mutex
 	renewed election.Renewal // the latest acknowledged renewal (the grant at first)
+
+	streams   *atomic.Uint64 // the Backend's watch stream number (watchCtx)
+	suspectMu sync.Mutex
+	suspectCh chan struct{} // closed when a renewal goes unanswered for half its interval
 }
+
+// suspicion returns a channel closed the next time a renewal request goes
+// unanswered for half the interval: the client may have a connection that
+// went silent (no reset), where a watch's stream would never deliver.
+func (s *session) suspicion() <-chan struct{} {
+	s.suspectMu.Lock()
+	defer s.suspectMu.Unlock()
+	if s.suspectCh == nil {
+		s.suspectCh = make(chan struct{})
+	}
+	return s.suspectCh
+}
+
+// suspect closes the channel suspicion returned.
+func (s *session) suspect() {
+	s.suspectMu.Lock()
+	defer s.suspectMu.Unlock()
+	if s.suspectCh != nil {
+		close(s.suspectCh)
+		s.suspectCh = nil
+	}
+}
+
+// watchCtx is ctx for a watch on stream n (s.streams): etcd's client
+// sends every watch whose ctx has the same metadata on one gRPC stream,
+// over one connection. Once a stream was found silent (silentStream),
+// watches carry the stream's number, so that they start a stream of their
+// own, on the connection the client's balancer picks next.
+func (s *session) watchCtx(ctx context.Context, n uint64) context.Context {
+	if n > 0 {
+		return metadata.AppendToOutgoingContext(ctx, streamKey, strconv.FormatUint(n, 10))
+	}
+	return ctx
+}
+
+// silentStream moves the watches made from now on to a new stream, once
+// per stream found silent (n is the number the watch was made with).
+func (s *session) silentStream(n uint64) { s.streams.CompareAndSwap(n, n+1) }
+
+// streamKey is the metadata that numbers tenure's watch streams.
+const streamKey = "tenure-watch-stream"
+
+// bound is how long a read, or a watch's creation, may take before it is
+// given up and tried again: on a connection that went silent it would
+// otherwise wait for good, and the client's balancer sends the next try on
+// the next connection.
+func (s *session) bound() time.Duration { return max(s.opts.RenewInterval, time.Second) }
 
 // surelyLive reports whether the lease cannot have expired on the server
 // yet: its latest acknowledged renewal, counted from before it was sent,
@@ -185,6 +239,7 @@ func (s *session) renew(every time.Duration) (resp *clientv3.LeaseKeepAliveRespo
 	for pending > 0 {
 		select {
 		case <-hedge.C:
+			s.suspect()
 			hedged = true
 			pending++
 			wg.Go(send)
