@@ -270,7 +270,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		}
 		if delRev > 0 && s.handoverOn(size) {
 			// Released by a proven head? Then no read of the queue.
-			rctx, rcancel := context.WithTimeout(ctx, s.bound())
+			rctx, rcancel := s.bounded(ctx)
 			own, decided, err := s.readHandover(rctx, t, pred, delRev, minRev)
 			rcancel()
 			switch {
@@ -292,7 +292,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			verified  bool
 			rev, size int64
 		}
-		q, err := hedged(ctx, s.bound(), func(ctx context.Context) (queueRead, error) {
+		q, err := hedged(ctx, s, func(ctx context.Context) (queueRead, error) {
 			own, p, verified, _, rev, n, err := s.read(ctx, t, false, minRev)
 			return queueRead{own, p, verified, rev, n}, err
 		})
@@ -378,7 +378,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	// forever.
 	detachedMeanwhile := false
 	if createdRev > readRev {
-		gctx, gcancel := context.WithTimeout(ctx, s.bound())
+		gctx, gcancel := s.bounded(ctx)
 		g, err := s.cli.Get(gctx, string(pred.Key))
 		gcancel()
 		if err != nil {
@@ -423,7 +423,10 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	// dead without keepalive pings, and a watch on its stream never
 	// delivers. Ask the stream for a progress notice then; none within
 	// the bound, and the wait starts again on another stream.
-	suspect := s.suspicion()
+	var suspect <-chan struct{}
+	if s.bound() > 0 {
+		suspect = s.suspicion()
+	}
 	var probe <-chan time.Time
 	var pt *time.Timer
 	defer func() {
@@ -440,16 +443,17 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			if probe != nil {
 				continue // one asked already
 			}
-			rctx, rcancel := context.WithTimeout(pctx, s.bound())
+			b := s.bound()
+			rctx, rcancel := context.WithTimeout(pctx, b)
 			err := s.cli.RequestProgress(rctx)
 			rcancel()
 			if err != nil {
 				continue
 			}
 			if pt == nil {
-				pt = time.NewTimer(s.bound())
+				pt = time.NewTimer(b)
 			} else {
-				pt.Reset(s.bound())
+				pt.Reset(b)
 			}
 			probe = pt.C
 		case <-probe:
@@ -501,7 +505,7 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 			}
 		case <-verify:
 			verify = nil
-			gctx, gcancel := context.WithTimeout(ctx, s.bound())
+			gctx, gcancel := s.bounded(ctx)
 			g, err := s.cli.Get(gctx, string(pred.Key))
 			gcancel()
 			if err != nil {
@@ -713,14 +717,28 @@ func (s *session) ownWatch(ctx context.Context, name string) (*ownWatch, error) 
 	return w, nil
 }
 
-// hedged runs f with a ctx that ends after bound, and when it has not
+// bounded returns ctx bounded by s.bound(), if any.
+func (s *session) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if b := s.bound(); b > 0 {
+		return context.WithTimeout(ctx, b)
+	}
+	return context.WithCancel(ctx)
+}
+
+// hedged runs f with a ctx that ends after s.bound(), and when it has not
 // returned after a quarter of that (500 ms at most), runs it once more
 // beside it: etcd's client sends each request on its next connection in
 // turn, and a connection that went silent (no reset) would hold every
 // other read until the bound, in step with whatever else the client sends
 // between them. The first success is returned, or the last error, when
-// both failed; the other try is cancelled.
-func hedged[T any](ctx context.Context, bound time.Duration, f func(context.Context) (T, error)) (T, error) {
+// both failed; the other try is cancelled. Without a bound (one
+// endpoint), f runs once, on ctx.
+func hedged[T any](ctx context.Context, s *session, f func(context.Context) (T, error)) (T, error) {
+	bound := s.bound()
+	if bound == 0 {
+		return f(ctx)
+	}
+	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	type result struct {
@@ -747,11 +765,14 @@ func hedged[T any](ctx context.Context, bound time.Duration, f func(context.Cont
 			if r.err == nil {
 				// The other try, if any, ends with ctx (cancel, deferred)
 				// and sends into the buffer.
+				s.inTime()
 				return r.v, nil
 			}
 			last = r
 			if pending == 0 {
-				hedge.Stop()
+				if errors.Is(last.err, context.DeadlineExceeded) && outer.Err() == nil {
+					s.timedOut(bound)
+				}
 				return last.v, last.err
 			}
 		}
@@ -771,13 +792,14 @@ type startedWatch struct {
 // server to acknowledge the watch. etcd's client opens a stream's gRPC
 // stream before it takes the stream's first watch, and on a connection
 // that went silent (no reset) neither that nor the acknowledgement ever
-// comes: after s.bound() the watch is cancelled, its stream taken for
-// silent, and the watch made again, at once, on a new stream, which the
-// client's round robin sends on its next connection; up to one try per
-// endpoint. A try ends early when ctx does.
+// comes: after s.bound() (if any: not with one endpoint) the watch is
+// cancelled, its stream taken for silent, and the watch made again, at
+// once, on a new stream, which the client's round robin sends on its next
+// connection; up to one try per endpoint. A try ends early when ctx does.
 func (s *session) startWatch(ctx, base context.Context, key string) (startedWatch, error) {
 	tries := min(max(len(s.cli.Endpoints()), 1), 5)
 	for try := 1; ; try++ {
+		bound := s.bound()
 		n := s.streams.Load()
 		wctx, cancel := context.WithCancel(s.watchCtx(base, n))
 		type started struct {
@@ -791,25 +813,32 @@ func (s *session) startWatch(ctx, base context.Context, key string) (startedWatc
 			rev, err := awaitCreatedRev(wctx, ch)
 			done <- started{ch, rev, err}
 		}()
-		t := time.NewTimer(s.bound())
+		var expired <-chan time.Time
+		if bound > 0 {
+			t := time.NewTimer(bound)
+			defer t.Stop()
+			expired = t.C
+		}
 		select {
 		case r := <-done:
-			t.Stop()
 			if r.err != nil {
 				cancel()
 				return startedWatch{}, r.err
 			}
+			if bound > 0 {
+				s.inTime()
+			}
 			return startedWatch{ctx: wctx, cancel: cancel, ch: r.ch, rev: r.rev, stream: n}, nil
-		case <-t.C:
+		case <-expired:
 			cancel()
 			<-done
+			s.timedOut(bound)
 			s.silentStream(n)
 			if try < tries {
 				continue
 			}
-			return startedWatch{}, fmt.Errorf("%w: etcd watch on %s not acknowledged in %v, on %d streams", tenure.ErrUnavailable, key, s.bound(), tries)
+			return startedWatch{}, fmt.Errorf("%w: etcd watch on %s not acknowledged in %v, on %d streams", tenure.ErrUnavailable, key, bound, tries)
 		case <-ctx.Done():
-			t.Stop()
 			cancel()
 			<-done
 			return startedWatch{}, ctx.Err()

@@ -95,12 +95,17 @@ type session struct {
 
 	streams   *atomic.Uint64 // the Backend's watch stream number (watchCtx)
 	suspectMu sync.Mutex
-	suspectCh chan struct{} // closed when a renewal goes unanswered for half its interval
+	suspectCh chan struct{} // closed at the next suspicion (see suspicion)
+	// slowBound is bound's current value once a bounded request has timed
+	// out (0 before): doubled at each timeout up to the TTL, and back to
+	// the start at the next request answered in time.
+	slowBound atomic.Int64
 }
 
-// suspicion returns a channel closed the next time a renewal request goes
-// unanswered for half the interval: the client may have a connection that
-// went silent (no reset), where a watch's stream would never deliver.
+// suspicion returns a channel closed the next time a renewal's second
+// request answers while its first, unanswered for half the interval,
+// still waits: the client may have a connection that went silent (no
+// reset), where a watch's stream would never deliver.
 func (s *session) suspicion() <-chan struct{} {
 	s.suspectMu.Lock()
 	defer s.suspectMu.Unlock()
@@ -139,11 +144,30 @@ func (s *session) silentStream(n uint64) { s.streams.CompareAndSwap(n, n+1) }
 // streamKey is the metadata that numbers tenure's watch streams.
 const streamKey = "tenure-watch-stream"
 
-// bound is how long a read, or a watch's creation, may take before it is
-// given up and tried again: on a connection that went silent it would
-// otherwise wait for good, and the client's balancer sends the next try on
-// the next connection.
-func (s *session) bound() time.Duration { return max(s.opts.RenewInterval, time.Second) }
+// bound is how long a waiting candidate's read, or a watch's creation,
+// may take before it is given up and tried again, 0 for no bound: on a
+// connection that went silent it would otherwise wait for good, and the
+// client's balancer sends the next try on its next connection. With one
+// endpoint there is no other connection, and no bound. It starts at
+// max(RenewInterval, 1 s) and doubles at each timeout (timedOut) up to the
+// TTL, so that a server that is slow, not silent, is waited for.
+func (s *session) bound() time.Duration {
+	if len(s.cli.Endpoints()) < 2 {
+		return 0
+	}
+	if b := s.slowBound.Load(); b > 0 {
+		return time.Duration(b)
+	}
+	return max(s.opts.RenewInterval, time.Second)
+}
+
+// timedOut doubles the bound (up to the TTL) after a request over it,
+// and inTime resets it after one within it.
+func (s *session) timedOut(b time.Duration) {
+	s.slowBound.Store(int64(min(2*b, max(s.opts.TTL, b))))
+}
+
+func (s *session) inTime() { s.slowBound.Store(0) }
 
 // surelyLive reports whether the lease cannot have expired on the server
 // yet: its latest acknowledged renewal, counted from before it was sent,
@@ -219,19 +243,22 @@ func (s *session) renew(every time.Duration) (resp *clientv3.LeaseKeepAliveRespo
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	type result struct {
-		resp *clientv3.LeaseKeepAliveResponse
-		sent time.Time
-		err  error
+		resp   *clientv3.LeaseKeepAliveResponse
+		sent   time.Time
+		err    error
+		second bool // the hedge's
 	}
 	results := make(chan result, 2) // never blocks
-	send := func() {
-		sent := s.opts.Now()
-		actx, acancel := context.WithTimeout(ctx, every)
-		defer acancel()
-		resp, err := s.cli.KeepAliveOnce(actx, s.id)
-		results <- result{resp, sent, err}
+	send := func(second bool) func() {
+		return func() {
+			sent := s.opts.Now()
+			actx, acancel := context.WithTimeout(ctx, every)
+			defer acancel()
+			resp, err := s.cli.KeepAliveOnce(actx, s.id)
+			results <- result{resp, sent, err, second}
+		}
 	}
-	wg.Go(send)
+	wg.Go(send(false))
 	hedge := time.NewTimer(every / 2)
 	defer hedge.Stop()
 	pending, hedged := 1, false
@@ -239,12 +266,18 @@ func (s *session) renew(every time.Duration) (resp *clientv3.LeaseKeepAliveRespo
 	for pending > 0 {
 		select {
 		case <-hedge.C:
-			s.suspect()
 			hedged = true
 			pending++
-			wg.Go(send)
+			wg.Go(send(true))
 		case r := <-results:
 			pending--
+			if r.second && r.err == nil && pending > 0 {
+				// The second request, on another connection, answered
+				// while the first still waits: its connection may have
+				// gone silent (a slow server would answer the first
+				// first). Waiters check their watches' streams.
+				s.suspect()
+			}
 			if r.err == nil || errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
 				return r.resp, r.sent, told, r.err
 			}
