@@ -537,6 +537,8 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 // revision, was on its lease at revision rev; true also when that cannot
 // be read (compacted, a failed read): a look is then armed again.
 func (s *session) attachedAt(ctx context.Context, key string, pred *mvccpb.KeyValue, rev int64) bool {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	g, err := s.cli.Get(ctx, string(pred.Key), clientv3.WithRev(rev))
 	if err != nil {
 		return true
@@ -549,6 +551,8 @@ func (s *session) attachedAt(ctx context.Context, key string, pred *mvccpb.KeyVa
 // any of them has passed its deadline. Without it, a waiter behind several
 // such keys (left by hand, or detached) would wait a TTL for each in turn.
 func (s *session) skipStale(ctx context.Context, t election.Ticket, readRev int64) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	r, err := s.cli.Get(ctx, prefix(t.Key), clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(t.Token)-1))
 	if err != nil {
 		return // the next read finds them one at a time

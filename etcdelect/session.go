@@ -330,6 +330,8 @@ func (s *session) Close(ctx context.Context) error {
 // or one expired less than a second ago and not revoked yet. So 0 means
 // expired only when the session's own renewals cannot show the lease live.
 func (s *session) lost(ctx context.Context, t election.Ticket) error {
+	ctx, cancel := s.bounded(ctx) // an unanswered read says ownership lost
+	defer cancel()
 	resp, err := s.cli.TimeToLive(ctx, s.id)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && (resp.TTL < 0 || resp.TTL == 0 && !s.surelyLive()) {
 		return s.expired(fmt.Errorf("entry %s deleted with its lease", t.Name))
