@@ -326,13 +326,9 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		switch {
 		case errors.Is(err, errOwnGone):
 			return s.lost(ctx, t)
-		case errors.Is(err, errOwnWatch):
-			s.dropOwnWatch(t.Name, ow)
-			s.useOwnWatch(ow, -1)
-			ow = nil
-		case errors.Is(err, errSilentStream):
-			// The own-entry watch most likely shared the stream: make it
-			// anew too, on the next stream.
+		case errors.Is(err, errOwnWatch), errors.Is(err, errSilentStream):
+			// Failed, or (silent stream) most likely on the predecessor
+			// watch's stream: make it anew, on the current stream.
 			s.dropOwnWatch(t.Name, ow)
 			s.useOwnWatch(ow, -1)
 			ow = nil
@@ -418,11 +414,12 @@ func (s *session) waitDelete(wctx, ctx context.Context, t election.Ticket, pred 
 	// like an entry, rewritten every few seconds, would otherwise be
 	// looked at never, and the queue would stop behind it).
 	attached, known := !detachedMeanwhile, verified
-	// A renewal unanswered for half its interval may have gone to a
-	// connection that went silent (no reset): the client never finds it
-	// dead without keepalive pings, and a watch on its stream never
-	// delivers. Ask the stream for a progress notice then; none within
-	// the bound, and the wait starts again on another stream.
+	// A renewal whose second request answered while its first still
+	// waits points to a connection that went silent (no reset): the
+	// client never finds it dead without keepalive pings, and a watch on
+	// its stream never delivers. Ask the stream for a progress notice
+	// then; none within the bound, and the wait starts again on another
+	// stream.
 	var suspect <-chan struct{}
 	if s.bound() > 0 {
 		suspect = s.suspicion()
