@@ -4,9 +4,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/tenure-go/tenure/election"
 	"github.com/tenure-go/tenure/election/electiontest"
 	"github.com/tenure-go/tenure/etcdelect"
@@ -36,15 +33,9 @@ func TestWaitHead_ASilentConnectionDoesNotStrandTheWaiter(t *testing.T) {
 	defer second.Close()
 	// The client has the first endpoint alone until the waiter has queued
 	// and watches through it.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{first.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := newClient(t, first.Addr())
 	defer cli.Close()
-	hcli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hcli := newClient(t, endpoint)
 	defer hcli.Close()
 	cfg := election.Config{Key: electiontest.Key(t), Identity: "holder", TTL: 6 * time.Second}
 	h, err := election.New(etcdelect.New(hcli), cfg)
