@@ -28,6 +28,11 @@ import (
 //	commit   r writes the delete → a reads the watch event      (server)
 //	wake     a reads the event → a writes its next request      (client)
 //	read     that request written → its reply read by a         (server)
+//
+// r's delete is a delete or, when tenure records the handover, a multi;
+// a's read is one request or, when it reads a handover record, the
+// requests it writes together before the first reply, and ends at the
+// last of their replies.
 //	elect    the reply read → a's campaign or Lock returns      (client)
 //
 // "Server" parts include the loopback and the client's own receive loop;
@@ -35,10 +40,11 @@ import (
 // implementations pay the same wrapper (a timestamp and a short parse per
 // frame).
 
-// ZooKeeper's create and delete opcodes.
+// ZooKeeper's create, delete and multi opcodes.
 const (
 	zkOpCreate = 1
 	zkOpDelete = 2
+	zkOpMulti  = 14
 )
 
 // wireFrame is one frame seen on a connection.
@@ -216,7 +222,7 @@ func split(h wireHandoff, from, to []wireFrame) (p wireParts, ok bool) {
 			if f.at.After(h.acquired) {
 				break
 			}
-			if !f.in && f.op == zkOpDelete {
+			if !f.in && (f.op == zkOpDelete || f.op == zkOpMulti) {
 				del, delXid = f.at, f.xid
 			}
 			continue
@@ -237,7 +243,8 @@ func split(h wireHandoff, from, to []wireFrame) (p wireParts, ok bool) {
 	}
 	j, _ := slices.BinarySearchFunc(to, del, func(f wireFrame, t time.Time) int { return f.at.Compare(t) })
 	var event, sent, reply time.Time
-	xid := int32(0)
+	pending := map[int32]bool{} // the requests written together after the event, unanswered
+	answered := false
 	for _, f := range to[j:] {
 		if f.at.After(h.acquired) {
 			break
@@ -249,10 +256,16 @@ func split(h wireHandoff, from, to []wireFrame) (p wireParts, ok bool) {
 			}
 		case sent.IsZero():
 			if !f.in && f.xid >= 0 {
-				sent, xid = f.at, f.xid
+				sent, pending[f.xid] = f.at, true
 			}
-		case f.in && f.xid == xid:
-			reply = f.at
+		case !f.in && f.xid >= 0 && !answered:
+			pending[f.xid] = true
+		case f.in && pending[f.xid]:
+			delete(pending, f.xid)
+			answered = true
+			if len(pending) == 0 {
+				reply = f.at
+			}
 		}
 		if !reply.IsZero() {
 			break
@@ -456,6 +469,25 @@ func TestSplit_FindsEachPart(t *testing.T) {
 		requeue: 12 * time.Microsecond, requeued: true}
 	if !ok || p != want {
 		t.Fatalf("split = %+v, %v; want %+v, true", p, ok, want)
+	}
+	// A release by multi, and a successor that writes two requests
+	// together (a handover record's read): the read ends at the later
+	// reply; a request written after the first reply is not part of it.
+	multiFrom := slices.Clone(from)
+	multiFrom[2].op = zkOpMulti
+	pair := []wireFrame{
+		{at: at(280), in: true, xid: -1},
+		{at: at(290), xid: 31, op: 4},
+		{at: at(292), xid: 32, op: 3},
+		{at: at(500), in: true, xid: 32},
+		{at: at(505), xid: 33, op: 12}, // after a reply: not the read's
+		{at: at(520), in: true, xid: 31},
+		{at: at(530), in: true, xid: 33},
+	}
+	want.read = 230 * time.Microsecond
+	want.elect = 40 * time.Microsecond
+	if p, ok := split(h, multiFrom, pair); !ok || p != want {
+		t.Fatalf("split (multi, two requests) = %+v, %v; want %+v, true", p, ok, want)
 	}
 	if _, ok := split(h, from, to[3:]); ok {
 		t.Errorf("split found a handoff whose successor read no event")

@@ -33,6 +33,9 @@ type options struct {
 	digestUser string
 	log        *zap.Logger
 	dialer     zk.Dialer
+
+	handover    int32 // WithHandoverRecords
+	handoverSet bool
 }
 
 // WithACL sets the ACL of every node tenure creates. Default:
@@ -65,6 +68,8 @@ type Backend struct {
 	acl     []zk.ACL
 	log     *zap.Logger
 	tap     *tap // reads the czxid off each create's reply
+	// handover is WithHandoverRecords' queue length; 0: never.
+	handover int32
 
 	connP        atomic.Pointer[zk.Conn] // conn, for the event callback, which runs before Connect returns
 	negotiatedMs atomic.Int32            // the session timeout the server granted
@@ -122,7 +127,10 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if err := CheckSessionTimeout(sessionTimeout); err != nil {
 		return nil, err
 	}
-	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), sessions: map[*session]struct{}{}, preds: map[string]<-chan zk.Event{}, changed: make(chan struct{}),
+	if !o.handoverSet {
+		o.handover = defaultHandoverQueue
+	}
+	b := &Backend{timeout: sessionTimeout, acl: o.acl, log: o.log, tap: newTap(), handover: o.handover, sessions: map[*session]struct{}{}, preds: map[string]<-chan zk.Event{}, changed: make(chan struct{}),
 		tasks: make(chan func()), quit: make(chan struct{})}
 	var (
 		conn *zk.Conn

@@ -20,17 +20,24 @@ import (
 // counted.
 type predictSession struct {
 	election.Session
-	reads atomic.Int64
+	reads  atomic.Int64 // getChildren, getChildren2
+	exists atomic.Int64 // exists: a wake-up's handover record read sends one, with a getData
+	multi  atomic.Int64
 }
 
-func newPredictSession(t *testing.T) *predictSession {
+func newPredictSession(t *testing.T, opts ...zkelect.Option) *predictSession {
 	t.Helper()
 	p := &predictSession{}
-	b := dialWith(t, zkelect.WithDialer(opDialer(func(op int32) {
-		if op == 8 || op == 12 { // getChildren, getChildren2
+	b := dialWith(t, append([]zkelect.Option{zkelect.WithDialer(opDialer(func(op int32) {
+		switch op {
+		case 8, 12: // getChildren, getChildren2
 			p.reads.Add(1)
+		case 3:
+			p.exists.Add(1)
+		case 14:
+			p.multi.Add(1)
 		}
-	})))
+	}))}, opts...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := b.OpenSession(ctx, election.SessionOptions{TTL: ttl, RenewInterval: ttl / 4})

@@ -455,7 +455,9 @@ func (s *session) queue(ctx context.Context, t election.Ticket, read *[]string) 
 	if !found {
 		return -1, contender{}, nil
 	}
-	s.updateKey(t.Key, func(k *keyState) { k.tail, k.woke = tl, "" })
+	s.updateKey(t.Key, func(k *keyState) {
+		k.tail, k.woke, k.recorded, k.size = tl, "", false, int32(min(len(children), 1<<30))
+	})
 	return ahead, pred, nil
 }
 
@@ -464,6 +466,10 @@ type keyState struct {
 	tail tail   // what the session's last read of the key's children showed (zero: none, which predicts nothing)
 	woke string // the contender whose deletion woke the waiter that made that read, when it showed the waiter first
 	guid string // the guid of the session's last campaign on the key
+
+	size     int32 // the key's children at the session's last look (a read of them, or of the key's node)
+	recorded bool  // woke's successor was proven first by a handover record, after tail's read
+	noRecord bool  // the key's ACL refused a handover record: none is tried again
 }
 
 // maxKeys bounds the keys a session keeps a keyState of: a session that
@@ -526,9 +532,20 @@ func (s *session) nextGUID(key string) (g string, err error) {
 // The node watched may then stand further ahead than the predecessor: a
 // wake-up too early, answered by a read, never a second leader.
 //
-// A prediction never elects: a node is first only when a read made after
-// it was created shows it first. A wrong one (only in the case above)
-// costs a wake-up at the wrong node's deletion, not a second leader.
+// A prediction alone never elects: a node is first only when a read made
+// after it was created shows it first, or when a handover record names its
+// predecessor (handover.go). A wrong one (only in the case above, and only
+// for a name that is not tenure's, which no record ever names) costs a
+// wake-up at the wrong node's deletion, not a second leader. Every guess
+// of a tenure name is exact: such a name holds a uuid no other campaign
+// uses and its sequence, so the node found under it is the one guessed,
+// and nothing lies between its sequence and name's.
+//
+// After a campaign proven first by a record (no read: tail is older than
+// its predecessor's release), the guess is the next node of that
+// predecessor's session (its next guid) at the sequence right below
+// name's: the predecessor's requeue, when it was the last create before
+// name.
 func (s *session) predict(key, name string) (contender, bool) {
 	seq, ok := parseSeq(name)
 	if !ok {
@@ -554,6 +571,18 @@ func (s *session) predict(key, name string) (contender, bool) {
 		}
 		seq := t.max + 1
 		return contender{name: protectedPrefix + nextGUID(g) + lockMarker + formatSeq(seq), seq: seq}, true
+	case k.recorded && seq > 0 && seq <= maxRecordSeq:
+		// The session's last campaign on key was proven first by a
+		// handover record, without a read, so tail is older than its
+		// predecessor's release. That predecessor's session, if tenure's,
+		// queued again right after its release, under the next guid:
+		// mostly the last create before this one (no new contender came
+		// meanwhile), with the sequence right below name's.
+		g := guidOf(k.woke)
+		if g == "" {
+			break
+		}
+		return contender{name: protectedPrefix + nextGUID(g) + lockMarker + formatSeq(seq-1), seq: seq - 1}, true
 	}
 	return contender{}, false
 }
@@ -602,6 +631,7 @@ func (s *session) forget(p string) {
 	delete(s.parked, p)
 	delete(s.prefetched, p)
 	delete(s.predicted, p)
+	delete(s.heads, p)
 	guid, unsure := s.unsure[p]
 	delete(s.unsure, p)
 	s.mu.Unlock()
@@ -690,6 +720,21 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 	ownCh := s.takeWatch(t.Name) // when Enqueue read the node with a watch
 	var read *[]string           // the queue read made by the last wake-up
 	woke := ""                   // the predecessor whose watch fired last
+	var keyRead *keyNode         // the key's node, read by the last wake-up (handover.go)
+	// elected ends the wait of t, just shown first by a read of the queue
+	// or, byRecord, by a handover record (n: the wake-up's read of the
+	// key's node, if any).
+	elected := func(n *keyNode, byRecord bool) error {
+		if !s.alive() {
+			return s.lost(t)
+		}
+		s.parkWatch(t.Name, ownCh)
+		if woke != "" {
+			s.updateKey(t.Key, func(k *keyState) { k.woke, k.recorded = woke, byRecord })
+		}
+		s.markHead(t, n)
+		return nil
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -726,14 +771,7 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			// node outlives no session, so while the connection still runs
 			// this session the node is this session's: ownership is proven
 			// without another read.
-			if !s.alive() {
-				return s.lost(t)
-			}
-			s.parkWatch(t.Name, ownCh)
-			if woke != "" {
-				s.updateKey(t.Key, func(k *keyState) { k.woke = woke })
-			}
-			return nil
+			return elected(keyRead, false)
 		}
 		pred := path.Join(t.Key, before.name)
 		if g := guidOf(before.name); g != "" && g == guidOf(path.Base(t.Name)) {
@@ -791,7 +829,12 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 		if !ok {
 			continue // gone already: read the queue again
 		}
-		w, err := s.wake(ctx, t.Key, predCh, ownCh)
+		own := ""
+		if parkable && s.useRecord(t) {
+			own = t.Name
+		}
+		keyRead = nil
+		w, err := s.wake(ctx, t.Key, own, predCh, ownCh)
 		if !w.woke && parkable {
 			s.b.parkPred(pred, predCh)
 		}
@@ -817,6 +860,17 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 			if !pause(ctx) {
 				return ctx.Err()
 			}
+		case w.node != nil:
+			s.b.watchEvents.Add(1)
+			woke = before.name
+			if w.ownGone {
+				return s.lost(t)
+			}
+			s.updateKey(t.Key, func(k *keyState) { k.size = w.node.size })
+			if w.node.provesFirst(before.name) {
+				return elected(w.node, true)
+			}
+			keyRead = w.node // no proof: the queue read of the next pass decides
 		default:
 			s.b.watchEvents.Add(1)
 			read = &w.children
@@ -827,21 +881,24 @@ func (s *session) waitHead(ctx context.Context, t election.Ticket) error {
 
 // woken is what ended one wait of waitHead.
 type woken struct {
-	woke     bool     // the predecessor's watch fired; then children
-	children []string // the queue, read after that event (unless err)
+	woke     bool     // the predecessor's watch fired; then children, or node and ownGone
+	children []string // the queue, read after that event (unless err, or node)
+	node     *keyNode // the key's node, read after that event instead of the queue (handover.go)
+	ownGone  bool     // with node: t's own node was found gone
 	own      bool     // the watch on t's own node fired first
 	ownEvent zk.Event
 	ended    bool // the session ended first
 }
 
 // wake waits for the predecessor's watch event, then reads key's
-// children. The wait and the read run in one goroutine, started before
-// the wait: the event starts the read at once, as in go-zookeeper's own
-// Lock, not after a goroutine hand-off. The wait ends early, with nothing
-// read, on an event of ownCh (t's own node, when Enqueue left a watch on
-// it), the session's end or ctx's (woke false and no own or ended: ctx
-// ended).
-func (s *session) wake(ctx context.Context, key string, predCh, ownCh <-chan zk.Event) (woken, error) {
+// children, or, when own (t's node) is not "", the key's node and whether
+// own exists, the two requests sent together (handover.go). The wait and
+// the read run in one goroutine, started before the wait: the event
+// starts the read at once, as in go-zookeeper's own Lock, not after a
+// goroutine hand-off. The wait ends early, with nothing read, on an event
+// of ownCh (t's own node, when Enqueue left a watch on it), the session's
+// end or ctx's (woke false and no own or ended: ctx ended).
+func (s *session) wake(ctx context.Context, key, own string, predCh, ownCh <-chan zk.Event) (woken, error) {
 	w, err := call(ctx, s.b, func() (woken, error) {
 		select {
 		case <-predCh:
@@ -851,6 +908,9 @@ func (s *session) wake(ctx context.Context, key string, predCh, ownCh <-chan zk.
 			return woken{ended: true}, nil
 		case <-ctx.Done():
 			return woken{}, ctx.Err()
+		}
+		if own != "" {
+			return s.readRecord(key, own)
 		}
 		children, _, err := s.b.conn.Children(key)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -943,9 +1003,15 @@ func (s *session) watchLoss(ctx context.Context, t election.Ticket, ch <-chan zk
 }
 
 // Dequeue deletes t's node if it still has t's czxid, guarded by its
-// version.
+// version. When t was proven first in a long queue, the same multi records
+// the handover (handover.go); when that multi fails, the node is deleted
+// alone.
 func (s *session) Dequeue(ctx context.Context, t election.Ticket) error {
 	s.takeWatch(t.Name)
+	if v, ok := s.takeHead(t); ok && s.releaseRecorded(ctx, t, v) {
+		s.forget(t.Name)
+		return nil
+	}
 	// tenure never changes its nodes, and a name is never reused: a node at
 	// t's path with version 0 is t's.
 	_, err := call(ctx, s.b, func() (struct{}, error) {

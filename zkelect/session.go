@@ -37,7 +37,7 @@ func (b *Backend) OpenSession(ctx context.Context, opts election.SessionOptions)
 	if err != nil {
 		return nil, translate("session", err)
 	}
-	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), closed: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}, predicted: map[string]contender{}, keys: map[string]keyState{}, unsure: map[string]string{}}
+	s := &session{b: b, id: id, opts: opts, loopDone: make(chan struct{}), closed: make(chan struct{}), nodes: map[string]uint64{}, parked: map[string]<-chan zk.Event{}, prefetched: map[string][]string{}, predicted: map[string]contender{}, keys: map[string]keyState{}, unsure: map[string]string{}, heads: map[string]int32{}}
 	s.Init()
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	var g election.Renewal
@@ -139,6 +139,7 @@ type session struct {
 	predicted  map[string]contender // node path → the contender right before it, known without a read (predict)
 	keys       map[string]keyState  // key → what predict knows of its queue
 	unsure     map[string]string    // node path → its guid, when a create of that guid lost its reply
+	heads      map[string]int32     // node path → the key node's data version, for a head whose release records the handover (markHead)
 }
 
 func (s *session) Granted() election.Renewal { return s.granted }

@@ -51,11 +51,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func dial(t testing.TB, endpoints []string) *zkelect.Backend {
+func dial(t testing.TB, endpoints []string, opts ...zkelect.Option) *zkelect.Backend {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := zkelect.Dial(ctx, endpoints, ttl)
+	b, err := zkelect.Dial(ctx, endpoints, ttl, opts...)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -70,7 +70,7 @@ type harness struct {
 	admin    *zk.Conn
 }
 
-func newHarness(t *testing.T, endpoints []string) electiontest.Harness {
+func newHarness(t *testing.T, endpoints []string, opts ...zkelect.Option) electiontest.Harness {
 	admin, _, err := zk.Connect(endpoints, ttl, zk.WithLogInfo(false))
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func newHarness(t *testing.T, endpoints []string) electiontest.Harness {
 				ps = append(ps, p)
 				eps = append(eps, p.Addr())
 			}
-			b := dial(t, eps)
+			b := dial(t, eps, opts...)
 			h.mu.Lock()
 			h.proxies[b] = ps[0]
 			h.backends = append(h.backends, b)

@@ -65,9 +65,9 @@ const (
 	envRegister  = "CHAOS_REGISTER" // the checker's register URL
 	envEvery     = "CHAOS_EVERY"    // milliseconds between writes
 	envBroken    = "CHAOS_BROKEN"   // "", brokenNoDeadline or brokenStall
-	// envHandover "1": an etcd candidate records and reads handovers on
-	// every queue (etcdelect.WithHandoverRecords(1)), not only on queues of
-	// 32 keys or more, which the chaos lanes never reach.
+	// envHandover "1": an etcd or ZooKeeper candidate records and reads
+	// handovers on every queue (WithHandoverRecords(1)), not only on
+	// queues of 32 keys or more, which the chaos lanes never reach.
 	envHandover = "CHAOS_HANDOVER"
 )
 
@@ -288,7 +288,11 @@ func dialOnce(ctx context.Context, backend string, endpoints []string, ttl time.
 	case "zookeeper":
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		b, err := zkelect.Dial(dctx, endpoints, ttl, zkelect.WithLogger(log))
+		opts := []zkelect.Option{zkelect.WithLogger(log)}
+		if os.Getenv(envHandover) == "1" {
+			opts = append(opts, zkelect.WithHandoverRecords(1))
+		}
+		b, err := zkelect.Dial(dctx, endpoints, ttl, opts...)
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -177,7 +177,7 @@ func (s *slot) spawn() error {
 		envRegister+"="+r.reg.URL(),
 		envEvery+"="+strconv.FormatInt(r.every.Milliseconds(), 10),
 		envBroken+"="+r.broken,
-		// Every other slot uses etcd handover records on every queue: a
+		// Every other slot uses handover records on every queue: a
 		// lane mixes sessions that write and read them with sessions
 		// that do neither.
 		envHandover+"="+strconv.Itoa(1-s.idx%2),
