@@ -142,11 +142,15 @@ func (s *session) takeHead(t election.Ticket) (int32, bool) {
 // refused: the caller deletes the node alone (a guarded delete is safe to
 // send either way). A record the key's ACL refuses is not tried again on
 // that key by this session.
+//
+// The key is taken from t's node path: Close releases tickets that carry
+// no key.
 func (s *session) releaseRecorded(ctx context.Context, t election.Ticket, version int32) (done bool) {
+	key := path.Dir(t.Name)
 	resp, err := call(ctx, s.b, func() ([]zk.MultiResponse, error) {
 		return s.b.conn.Multi(
 			&zk.DeleteRequest{Path: t.Name, Version: 0},
-			&zk.SetDataRequest{Path: t.Key, Data: []byte(recordPrefix + path.Base(t.Name)), Version: version},
+			&zk.SetDataRequest{Path: key, Data: []byte(recordPrefix + path.Base(t.Name)), Version: version},
 		)
 	}, nil)
 	if err == nil {
@@ -157,7 +161,7 @@ func (s *session) releaseRecorded(ctx context.Context, t election.Ticket, versio
 		refused = refused || errors.Is(r.Error, zk.ErrNoAuth)
 	}
 	if refused {
-		s.updateKey(t.Key, func(k *keyState) { k.noRecord = true })
+		s.updateKey(key, func(k *keyState) { k.noRecord = true })
 	}
 	return false
 }

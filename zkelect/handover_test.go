@@ -91,6 +91,42 @@ func TestHandover_SuccessorReadsNoQueue(t *testing.T) {
 	}
 }
 
+// TestHandover_CloseRecordsTheHandoverInOneRequest: a head whose session
+// closes (a leader past its lease deadline closes its session rather than
+// resign) releases its node with the record, in one multi and nothing
+// else; its successor leads without reading the queue. (Close's tickets
+// carry no key: a multi built from it failed, and the delete that
+// followed crossed the link a second time; the chaos suite's slow
+// scenario, whose leaders close across a link of 0.3–0.8 TTL each way,
+// saw that as failovers 0.4–0.5 s over their bound.)
+func TestHandover_CloseRecordsTheHandoverInOneRequest(t *testing.T) {
+	key := electiontest.Key(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw := rawConn(t, "", "")
+	rec := zkelect.WithHandoverRecords(1)
+	a, b, c := newPredictSession(t, rec), newPredictSession(t, rec), newPredictSession(t, rec)
+	ta, tb, tc := a.enqueue(t, key, "a"), b.enqueue(t, key, "b"), c.enqueue(t, key, "c")
+	headWithin(t, a.waitHeadAsync(ctx, ta), "a queued first")
+	bDone, cDone := b.waitHeadAsync(ctx, tb), c.waitHeadAsync(ctx, tc)
+	notYet(t, bDone, 200*time.Millisecond, "a is ahead")
+	a.dequeue(t, ta)
+	headWithin(t, bDone, "a left")
+	cReads := c.reads.Load()
+	multis, deletes := b.multi.Load(), b.deletes.Load()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("b's Close: %v", err)
+	}
+	if m, d := b.multi.Load()-multis, b.deletes.Load()-deletes; m != 1 || d != 0 {
+		t.Fatalf("b's Close sent %d multis and %d deletes, want 1 and 0", m, d)
+	}
+	if got, want := keyData(t, raw, key), "tenure-released "+path.Base(tb.Name); got != want {
+		t.Fatalf("key data after b's Close = %q, want %q", got, want)
+	}
+	headWithin(t, cDone, "b closed")
+	c.wantReads(t, cReads, 0, "c, proven first by b's record")
+}
+
 // TestHandover_OwnNodeDeletedWithTheRecordIsNotElected: a multi that
 // deletes the waiter's predecessor, writes a record naming it, and deletes
 // the waiter's own node, wakes the waiter with a record that names its

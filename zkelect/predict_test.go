@@ -20,9 +20,10 @@ import (
 // counted.
 type predictSession struct {
 	election.Session
-	reads  atomic.Int64 // getChildren, getChildren2
-	exists atomic.Int64 // exists: a wake-up's handover record read sends one, with a getData
-	multi  atomic.Int64
+	reads   atomic.Int64 // getChildren, getChildren2
+	exists  atomic.Int64 // exists: a wake-up's handover record read sends one, with a getData
+	multi   atomic.Int64
+	deletes atomic.Int64
 }
 
 func newPredictSession(t *testing.T, opts ...zkelect.Option) *predictSession {
@@ -32,6 +33,8 @@ func newPredictSession(t *testing.T, opts ...zkelect.Option) *predictSession {
 		switch op {
 		case 8, 12: // getChildren, getChildren2
 			p.reads.Add(1)
+		case 2:
+			p.deletes.Add(1)
 		case 3:
 			p.exists.Add(1)
 		case 14:
