@@ -39,8 +39,16 @@
 //     delete woke it (a session's uuids on a key form a
 //     chain, each the SHA-256 of the one before, so that node's name is
 //     known). It watches that node at once; a guess that names no node is
-//     followed by a read. No read is skipped before a waiter is told it
-//     leads.
+//     followed by a read.
+//   - On a queue of 32 children or more (WithHandoverRecords) a handover
+//     record replaces the wake-up's read of every name: a head proven by a
+//     wake-up releases with one multi that deletes its node and sets the
+//     key node's data to "tenure-released <its name>" (guarded by the data
+//     version it read; only empty data or a record is ever replaced). Its
+//     successor reads that data and its own node, two requests sent
+//     together: a record naming its predecessor, with its own node there,
+//     proves it first, since no node ahead of a proven head can appear.
+//     Anything else is followed by the read of the queue.
 //   - The leader watches its own node from 10 ms into its term, and is
 //     demoted when the node is deleted, or when another client changes its
 //     data (zkfence, which checks the node's version, refuses the leader's
