@@ -88,8 +88,16 @@ type zkTenureContender struct {
 	e *election.Elector
 }
 
+// zkRecords, when 0 or more, sets tenure's zkelect.WithHandoverRecords in
+// BenchmarkZKHandoff (0: records off), to measure what they change.
+var zkRecords = flag.Int("zkbench.records", -1, "tenure's zkelect.WithHandoverRecords in BenchmarkZKHandoff (-1: the package default, 0: off)")
+
 func newZKTenure(ctx context.Context, key string, i int, dial zk.Dialer) (contender, error) {
-	b, err := zkelect.Dial(ctx, zkEndpoints, zkSessionTimeout, zkelect.WithDialer(dial))
+	opts := []zkelect.Option{zkelect.WithDialer(dial)}
+	if *zkRecords >= 0 {
+		opts = append(opts, zkelect.WithHandoverRecords(*zkRecords))
+	}
+	b, err := zkelect.Dial(ctx, zkEndpoints, zkSessionTimeout, opts...)
 	if err != nil {
 		return nil, err
 	}

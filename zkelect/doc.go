@@ -45,9 +45,10 @@
 //     wake-up releases with one multi that deletes its node and sets the
 //     key node's data to "tenure-released <its name>" (guarded by the data
 //     version it read; only empty data or a record is ever replaced). Its
-//     successor reads that data and its own node, two requests sent
-//     together: a record naming its predecessor, with its own node there,
-//     proves it first, since no node ahead of a proven head can appear.
+//     successor reads that data: a record naming its predecessor, with its
+//     own node there (known from a watch set on it at its create, or an
+//     exists sent with the read), proves it first, since no node ahead of
+//     a proven head can appear.
 //     Anything else is followed by the read of the queue.
 //   - The leader watches its own node from 10 ms into its term, and is
 //     demoted when the node is deleted, or when another client changes its

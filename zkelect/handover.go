@@ -29,8 +29,11 @@ import (
 // So a session releasing a node it proved first deletes it and, in the
 // same multi, sets the key node's data to "tenure-released <P's name>",
 // guarded by the data version the session read: the record. W, woken by
-// P's deletion, reads the key node and checks its own node, two requests
-// sent together: a record naming P, with W's node there, is the proof.
+// P's deletion, reads the key node: a record naming P, with W's node
+// there, is the proof. W knows its node is there from a watch it set on it
+// when it created it (on a long queue: one request per campaign, off the
+// handoff's path; see readRecord for why its silence proves the node),
+// or, without one, from an exists sent together with the read.
 // Anything else (P abandoned its wait, its session expired, P is another
 // client's node such as Curator's or kazoo's, the record was overwritten
 // or refused) sends W to the read of the children, one round trip later.
@@ -84,24 +87,33 @@ type keyNode struct {
 	size    int32 // the node's children then
 }
 
-// useRecord reports whether t's next wake-up reads the handover record
-// instead of the queue.
-func (s *session) useRecord(t election.Ticket) bool {
+// recordsFor reports whether name, a node of this session under key,
+// would use handover records: the session's last look at key's queue saw a
+// long one, and name's sequence is far from the counter's wrap.
+func (s *session) recordsFor(key, name string) bool {
 	if s.b.handover <= 0 {
 		return false
 	}
-	seq, ok := parseSeq(path.Base(t.Name))
+	seq, ok := parseSeq(name)
 	if !ok || seq < 0 || seq >= maxRecordSeq {
 		return false
 	}
 	s.mu.Lock()
-	k := s.keys[t.Key]
+	k := s.keys[key]
+	s.mu.Unlock()
+	return !k.noRecord && k.size >= s.b.handover
+}
+
+// useRecord reports whether t's next wake-up reads the handover record
+// instead of the queue.
+func (s *session) useRecord(t election.Ticket) bool {
+	s.mu.Lock()
 	_, unsure := s.unsure[t.Name]
 	s.mu.Unlock()
 	// A node found after a lost create reply may have an older twin of
 	// its guid ahead of it, which only a read of the queue shows (and
 	// WaitHead then deletes).
-	return !unsure && !k.noRecord && k.size >= s.b.handover
+	return !unsure && s.recordsFor(t.Key, path.Base(t.Name))
 }
 
 // provesFirst reports whether n, read after pred's deletion woke a waiter,
@@ -166,22 +178,47 @@ func (s *session) releaseRecorded(ctx context.Context, t election.Ticket, versio
 	return false
 }
 
-// readRecord reads key's node and whether own (a waiter's node) exists,
-// the two requests sent together, for a wake-up (wake). It runs on a call
-// worker, which holds a count of the Backend's WaitGroup for the one it
-// starts. A key node the ACL refuses to read turns records off for key.
-func (s *session) readRecord(key, own string) (woken, error) {
+// readRecord reads key's node for a wake-up (wake), and learns whether
+// own, the waiter's node, still exists: from ownCh, a watch on it (Enqueue
+// sets one on long queues), or else from an exists sent together with the
+// read, on another call worker (the caller's call holds a count of the
+// Backend's WaitGroup for it).
+//
+// The watch needs no request: ZooKeeper sends a client the events of a
+// transaction before its reply to any later request, and go-zookeeper's
+// receive loop hands each event to its watch channel before it hands on
+// the next reply. So when the read, sent after the predecessor's event,
+// is answered, an event of own from the same transaction (a multi that
+// deleted both) or any earlier one is already in ownCh. An event found
+// there ends the wait as the own watch's would (own).
+//
+// A key node the ACL refuses to read turns records off for key.
+func (s *session) readRecord(key, own string, ownCh <-chan zk.Event) (woken, error) {
 	type exists struct {
 		ok  bool
 		err error
 	}
-	ch := make(chan exists, 1)
-	s.b.run(func() {
-		ok, _, err := s.b.conn.Exists(own)
-		ch <- exists{ok, err}
-	})
+	var ch chan exists
+	if ownCh == nil {
+		ch = make(chan exists, 1)
+		s.b.run(func() {
+			ok, _, err := s.b.conn.Exists(own)
+			ch <- exists{ok, err}
+		})
+	}
 	data, st, err := s.b.conn.Get(key)
-	e := <-ch
+	e := exists{ok: true}
+	if ch != nil {
+		e = <-ch
+	} else {
+		select {
+		case ev := <-ownCh:
+			// woke: the predecessor's event was taken (its watch is
+			// spent, not to be parked).
+			return woken{woke: true, own: true, ownEvent: ev}, nil
+		default:
+		}
+	}
 	w := woken{woke: true, node: &keyNode{}, ownGone: e.err == nil && !e.ok}
 	switch {
 	case e.err != nil:

@@ -132,18 +132,34 @@ func TestHandover_CloseRecordsTheHandoverInOneRequest(t *testing.T) {
 // the waiter's own node, wakes the waiter with a record that names its
 // predecessor: its own node's absence must keep it from leading. This is
 // the case that made an earlier skip of the wake-up read unsafe
-// (TestWake_OwnNodeDeletedWithPredecessorIsNotElected).
+// (TestWake_OwnNodeDeletedWithPredecessorIsNotElected). Odd rounds: the
+// waiter's session had seen the queue before it queued, so it watches its
+// own node from its create, and learns of the delete from that watch's
+// event, which arrives before the record's read is answered (no exists
+// sent); even rounds: it had not, and sends an exists with the read.
 func TestHandover_OwnNodeDeletedWithTheRecordIsNotElected(t *testing.T) {
 	raw := rawConn(t, "", "")
 	rec := zkelect.WithHandoverRecords(1)
-	for round := range 6 {
+	for round := range 8 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		key := electiontest.Key(t) + "-" + string(rune('a'+round))
 		p, w := newPredictSession(t, rec), newPredictSession(t, rec)
-		tp, tw := p.enqueue(t, key, "p"), w.enqueue(t, key, "w")
+		tp := p.enqueue(t, key, "p")
+		watched := round%2 == 1
+		if watched {
+			// w looks at the queue once (p and a node of its own), then
+			// queues for real.
+			w0 := w.enqueue(t, key, "w")
+			if n, err := w.Ahead(ctx, w0); err != nil || n != 1 {
+				t.Fatalf("round %d: Ahead = %d, %v; want 1", round, n, err)
+			}
+			w.dequeue(t, w0)
+		}
+		tw := w.enqueue(t, key, "w")
 		headWithin(t, p.waitHeadAsync(ctx, tp), "p queued first")
 		done := w.waitHeadAsync(ctx, tw)
 		notYet(t, done, 200*time.Millisecond, "p is ahead")
+		exists := w.exists.Load()
 		if _, err := raw.Multi(
 			&zk.DeleteRequest{Path: tp.Name, Version: -1},
 			&zk.SetDataRequest{Path: key, Data: []byte("tenure-released " + path.Base(tp.Name)), Version: -1},
@@ -154,13 +170,16 @@ func TestHandover_OwnNodeDeletedWithTheRecordIsNotElected(t *testing.T) {
 		select {
 		case err := <-done:
 			if !errors.Is(err, tenure.ErrOwnershipLost) {
-				t.Fatalf("round %d: w's WaitHead = %v, want ErrOwnershipLost (its node is gone)", round, err)
+				t.Fatalf("round %d (own watch %v): w's WaitHead = %v, want ErrOwnershipLost (its node is gone)", round, watched, err)
 			}
 		case <-ctx.Done():
 			t.Fatalf("round %d: w's WaitHead did not end", round)
 		}
-		if n := w.exists.Load(); n == 0 {
-			t.Fatalf("round %d: w read no record: the test shows nothing", round)
+		switch sent := w.exists.Load() - exists; {
+		case watched && sent != 0:
+			t.Fatalf("round %d: w sent %d exists, want none (its own node's watch answers)", round, sent)
+		case !watched && sent != 1:
+			t.Fatalf("round %d: w sent %d exists, want 1 (with the record's read)", round, sent)
 		}
 		cancel()
 	}

@@ -320,16 +320,36 @@ func (s *session) Enqueue(ctx context.Context, key, identity string) (_ election
 		if n, tapped := s.b.tap.take(p); tapped {
 			czxid, owner = n.zxid, n.session
 			var known bool
-			if predicted, known = s.predict(key, path.Base(p)); !known && owner == s.id {
+			predicted, known = s.predict(key, path.Base(p))
+			var watched chan struct{}
+			if owner == s.id && s.recordsFor(key, path.Base(p)) {
+				// On a long queue the node is watched from the start: a
+				// wake-up that reads a handover record then needs no read
+				// of the node (handover.go). A failed watch costs that
+				// read, nothing else.
+				watched = make(chan struct{})
+				go func() {
+					defer close(watched)
+					var werr error
+					ch, _, ok, werr = s.watch(ctx, p)
+					if werr != nil {
+						ch, ok = nil, true
+					}
+				}()
+			}
+			if !known && owner == s.id {
 				// No prediction (a node of another session is refused below):
 				// read the queue.
 				prefetched = readChildren()
-				if err := ctx.Err(); err != nil {
-					// Given up before it could return: the node must go,
-					// as when a read of it fails below.
-					s.deleteLater(p)
-					return election.Ticket{}, err
-				}
+			}
+			if watched != nil {
+				<-watched
+			}
+			if err := ctx.Err(); err != nil && owner == s.id && (watched != nil || !known) {
+				// Given up before it could return: the node must go,
+				// as when a read of it fails below.
+				s.deleteLater(p)
+				return election.Ticket{}, err
 			}
 		} else {
 			if !unknown {
@@ -910,7 +930,7 @@ func (s *session) wake(ctx context.Context, key, own string, predCh, ownCh <-cha
 			return woken{}, ctx.Err()
 		}
 		if own != "" {
-			return s.readRecord(key, own)
+			return s.readRecord(key, own, ownCh)
 		}
 		children, _, err := s.b.conn.Children(key)
 		if errors.Is(err, zk.ErrNoNode) {
