@@ -25,6 +25,21 @@ func keyData(t *testing.T, raw *zk.Conn, key string) string {
 	return string(d)
 }
 
+// recordLine queues n sessions with handover records on every queue, in
+// order, under a new key ("a", "b", ...), and has the first lead, proven
+// by its Enqueue's read. raw is a plain connection for inspection.
+func recordLine(ctx context.Context, t *testing.T, n int) (key string, raw *zk.Conn, ss []*predictSession, tks []election.Ticket) {
+	t.Helper()
+	key, raw = electiontest.Key(t), rawConn(t, "", "")
+	for i := range n {
+		s := newPredictSession(t, zkelect.WithHandoverRecords(1))
+		ss = append(ss, s)
+		tks = append(tks, s.enqueue(t, key, string(rune('a'+i))))
+	}
+	headWithin(t, ss[0].waitHeadAsync(ctx, tks[0]), "a queued first")
+	return key, raw, ss, tks
+}
+
 // TestHandover_SuccessorReadsNoQueue: with records on every queue, a head
 // proven by a wake-up records its release in the key node's data, in the
 // multi that deletes its node, and its successor, woken by that delete,
@@ -34,14 +49,11 @@ func keyData(t *testing.T, raw *zk.Conn, key string) string {
 // (C) knows its next predecessor without a read too: the node its own
 // predecessor's session (B) queued again under its next guid.
 func TestHandover_SuccessorReadsNoQueue(t *testing.T) {
-	key := electiontest.Key(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	raw := rawConn(t, "", "")
-	rec := zkelect.WithHandoverRecords(1)
-	a, b, c, d := newPredictSession(t, rec), newPredictSession(t, rec), newPredictSession(t, rec), newPredictSession(t, rec)
-	ta, tb, tc, td := a.enqueue(t, key, "a"), b.enqueue(t, key, "b"), c.enqueue(t, key, "c"), d.enqueue(t, key, "d")
-	headWithin(t, a.waitHeadAsync(ctx, ta), "a queued first")
+	key, raw, ss, tks := recordLine(ctx, t, 4)
+	a, b, c, d := ss[0], ss[1], ss[2], ss[3]
+	ta, tb, tc, td := tks[0], tks[1], tks[2], tks[3]
 	bDone, cDone, dDone := b.waitHeadAsync(ctx, tb), c.waitHeadAsync(ctx, tc), d.waitHeadAsync(ctx, td)
 	notYet(t, bDone, 200*time.Millisecond, "a is ahead")
 	bReads, cReads, dReads := b.reads.Load(), c.reads.Load(), d.reads.Load()
@@ -100,14 +112,11 @@ func TestHandover_SuccessorReadsNoQueue(t *testing.T) {
 // scenario, whose leaders close across a link of 0.3–0.8 TTL each way,
 // saw that as failovers 0.4–0.5 s over their bound.)
 func TestHandover_CloseRecordsTheHandoverInOneRequest(t *testing.T) {
-	key := electiontest.Key(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	raw := rawConn(t, "", "")
-	rec := zkelect.WithHandoverRecords(1)
-	a, b, c := newPredictSession(t, rec), newPredictSession(t, rec), newPredictSession(t, rec)
-	ta, tb, tc := a.enqueue(t, key, "a"), b.enqueue(t, key, "b"), c.enqueue(t, key, "c")
-	headWithin(t, a.waitHeadAsync(ctx, ta), "a queued first")
+	key, raw, ss, tks := recordLine(ctx, t, 3)
+	a, b, c := ss[0], ss[1], ss[2]
+	ta, tb, tc := tks[0], tks[1], tks[2]
 	bDone, cDone := b.waitHeadAsync(ctx, tb), c.waitHeadAsync(ctx, tc)
 	notYet(t, bDone, 200*time.Millisecond, "a is ahead")
 	a.dequeue(t, ta)
